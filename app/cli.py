@@ -1,0 +1,125 @@
+"""Command line: `gui` (default), headless `run`, `bench` and `screenshot`.
+
+    python -m app                       open the window
+    python -m app run --prompt "..."    print the text, or JSON lines with --jsonl
+    python -m app screenshot PATH       render the window after a real generation
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app import __version__
+
+DRAFTER_CHOICES = ("draft-model", "prompt-lookup", "ngram-cache", "layer-skip", "medusa", "mtp", "eagle", "dflash",
+                   "none")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models")
+    group.add_argument("--target", help="hub id or folder of the target model (default: the bundled demo family)")
+    group.add_argument("--draft-model", help="hub id or folder of a draft model sharing the target's tokenizer")
+    group.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
+    group.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
+    group.add_argument("--device-map", choices=["auto"], help="spread a large target over devices (accelerate)")
+
+
+def _add_decode_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--drafter", action="append", choices=DRAFTER_CHOICES,
+                       help="drafter; repeat to form a fallback chain in the order given (default: draft-model "
+                            "when one is loaded, else prompt-lookup)")
+    group.add_argument("--verify", choices=["greedy", "sample", "asd"], default="greedy")
+    group.add_argument("--k", type=int, default=4, help="draft tokens per pass")
+    group.add_argument("--adaptive-k", action="store_true", help="+2 after a fully accepted block, -1 otherwise")
+    group.add_argument("--temperature", type=float, default=1.0)
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--asd-budget", type=float, default=8.0, help="ASD request budget B")
+    group.add_argument("--asd-gate", type=float, default=0.25, help="ASD gate g")
+    group.add_argument("--asd-cap", type=int, default=2, help="ASD block cap M")
+    group.add_argument("--exit-layer", type=int, help="layer skip: run the first E layers")
+    group.add_argument("--max-new-tokens", type=int, default=128)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--chat-template", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spec-playground", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command")
+    gui = commands.add_parser("gui", help="open the window (the default)")
+    _add_model_options(gui)
+    run = commands.add_parser("run", help="generate headless; print the text or JSON lines")
+    run.add_argument("--prompt", required=True)
+    run.add_argument("--jsonl", action="store_true", help="one JSON object per event on stdout")
+    _add_model_options(run)
+    _add_decode_options(run)
+    shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG")
+    shot.add_argument("path")
+    shot.add_argument("--prompt", default="def fibonacci(n):")
+    _add_model_options(shot)
+    return parser
+
+
+def settings_from_args(args, models):
+    from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings
+
+    drafters = tuple(args.drafter) if args.drafter else (
+        ("draft-model",) if models.draft is not None else ("prompt-lookup",))
+    return DecodeSettings(
+        drafters=drafters, k=args.k, adaptive_k=args.adaptive_k, verify=args.verify,
+        sampling=SamplingSettings(args.temperature, args.top_k, args.top_p),
+        asd=AsdSettings(args.asd_budget, args.asd_gate, args.asd_cap),
+        options=DrafterOptions(layer_skip_exit=args.exit_layer),
+        max_new_tokens=args.max_new_tokens, seed=args.seed,
+    )
+
+
+def run_headless(args) -> int:
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.events import EndEvent, NoticeEvent, to_json_line
+    from app.engine.loading import load_models
+
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map)
+    settings = settings_from_args(args, models)
+    end = None
+    for event in SpeculativeDecoder(models).generate(args.prompt, settings, chat_template=args.chat_template):
+        if args.jsonl:
+            print(to_json_line(event), flush=True)
+        elif isinstance(event, NoticeEvent):
+            print(f"warning: {event.message}", file=sys.stderr)
+        end = event
+    if not args.jsonl and isinstance(end, EndEvent):
+        print(end.text)
+    if isinstance(end, EndEvent) and end.reason == "error":
+        print(f"error: {end.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    command = args.command or "gui"
+    try:
+        if command == "run":
+            return run_headless(args)
+        if command == "screenshot":
+            from app.main_window import render_screenshot
+
+            render_screenshot(args.path, prompt=args.prompt, target=args.target, draft=args.draft_model)
+            return 0
+        from app.main_window import run_gui
+
+        return run_gui(args)
+    except Exception as exc:  # noqa: BLE001 - typed engine errors become one line
+        from app.engine.errors import EngineError
+        from app.engine.settings import SettingsError
+
+        if isinstance(exc, EngineError | SettingsError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,116 @@
+"""One causal LM with its own KV cache, kept equal to a prefix of a token sequence.
+
+`advance_to(ids)` is the only way forward: it crops the cache back to the
+longest prefix it shares with `ids` (a rollback after rejected drafts), then
+feeds the rest and returns the logits of the fed tokens. So whoever owns a
+CachedModel never tracks what was accepted; it just says where the sequence is
+now. A layer subset turns the target itself into a self-speculative drafter
+(LayerSkip): only those layers run, then the model's own final norm and head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+_LAYER_LISTS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
+
+
+def _resolve(obj, dotted: str):
+    for name in dotted.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def find_layer_list(model) -> tuple[object, str, nn.ModuleList] | None:
+    """(owner module, attribute, decoder layers) of a decoder-only HF model, if recognised."""
+    for dotted in _LAYER_LISTS:
+        layers = _resolve(model, dotted)
+        if isinstance(layers, nn.ModuleList):
+            owner_path, attribute = dotted.rsplit(".", 1)
+            return _resolve(model, owner_path), attribute, layers
+    return None
+
+
+@contextmanager
+def only_layers(model, keep: Sequence[int] | None):
+    """Temporarily run `model` with only the decoder layers `keep` (in order)."""
+    if keep is None:
+        yield
+        return
+    owner, attribute, layers = find_layer_list(model)
+    setattr(owner, attribute, nn.ModuleList([layers[i] for i in keep]))
+    try:
+        yield
+    finally:
+        setattr(owner, attribute, layers)
+
+
+def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(a.numel(), b.numel())
+    differs = (a[:n] != b[:n]).nonzero()
+    return int(differs[0]) if differs.numel() else n
+
+
+class CachedModel:
+    """A model and the token ids whose keys and values sit in its cache."""
+
+    def __init__(self, model, layers: Sequence[int] | None = None) -> None:
+        self.model = model
+        self.layers = tuple(layers) if layers is not None else None
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache()
+        self.ids = torch.empty(0, dtype=torch.long)  # (L,) on CPU
+
+    @property
+    def length(self) -> int:
+        return self.ids.numel()
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached tokens."""
+        if length >= self.length:
+            return
+        if length == 0 or not self.cache.is_croppable:
+            kept = self.ids[:length]
+            self.reset()
+            if length:
+                self.extend(kept)
+            return
+        self.cache.crop(length - self.length)  # transformers accepts only a negative count here
+        self.ids = self.ids[:length]
+
+    def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False):
+        """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states)."""
+        start = self.length
+        positions = torch.arange(start, start + new_ids.numel(), device=self.device)
+        with torch.inference_mode(), only_layers(self.model, self.layers):
+            out = self.model(
+                input_ids=new_ids.to(self.device)[None],
+                position_ids=positions[None],
+                cache=self.cache,
+                use_cache=True,
+                output_hidden_states=output_hidden_states,
+            )
+        self.ids = torch.cat([self.ids, new_ids.cpu()])
+        logits = out.logits[0].float()  # (T, V)
+        if output_hidden_states:
+            return logits, tuple(h[0] for h in out.hidden_states)
+        return logits
+
+    def advance_to(self, ids: torch.Tensor, output_hidden_states: bool = False):
+        """Make the cache hold `ids` (N,); logits of the tokens that had to be fed.
+
+        At least the last token is always fed, so the last row scores what follows `ids`.
+        """
+        keep = min(common_prefix_length(self.ids, ids), ids.numel() - 1)
+        self.crop(keep)
+        return self.extend(ids[keep:], output_hidden_states=output_hidden_states)

@@ -1,0 +1,50 @@
+"""Drafting with a causal LM: a smaller draft model, or the target's first layers (layer skip).
+
+The drafter feeds the committed tokens it has not seen (catching up when every
+draft was accepted, or after being switched on mid-run), then samples K tokens
+one forward at a time from q, the drafter distribution warped exactly like
+the target's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from app.engine.cached_model import CachedModel
+from app.engine.drafters.base import Draft
+from app.engine.sampling import TokenSampler
+
+
+def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Drop padded vocabulary rows (or pad with -inf) so logits (..., V') become (..., V)."""
+    extra = logits.shape[-1] - vocab_size
+    if extra > 0:
+        return logits[..., :vocab_size]
+    if extra < 0:
+        return F.pad(logits, (0, -extra), value=float("-inf"))
+    return logits
+
+
+class ModelDrafter:
+    def __init__(self, name: str, model, vocab_size: int, layers: Sequence[int] | None = None) -> None:
+        self.name = name
+        self.vocab_size = vocab_size
+        self.cached = CachedModel(model, layers=layers)
+
+    def reset(self) -> None:
+        self.cached.reset()
+
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler) -> Draft:
+        logits = self.cached.advance_to(ids)[-1]  # (V',)
+        tokens, rows = [], []
+        for step in range(k):
+            q = sampler.probs(fit_vocabulary(logits, self.vocab_size))  # (V,)
+            token = sampler.pick(q)
+            tokens.append(token)
+            rows.append(q)
+            if step + 1 < k:
+                logits = self.cached.extend(token.view(1))[-1]
+        return Draft(torch.stack(tokens).cpu(), torch.stack(rows))  # (k,), (k, V)

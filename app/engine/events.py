@@ -1,0 +1,158 @@
+"""Events the engine yields: frozen dataclasses of plain Python data.
+
+One generation yields `StartEvent`, then one `PassEvent` per verification
+pass (and `NoticeEvent`s, e.g. when a drafter failed and was skipped), then
+exactly one `EndEvent`. Events never hold tensors and are never mutated, so
+the window may keep them and another thread may read them.
+
+Notation as in ALGORITHMS.md: `p` is the target's probability of a token,
+`q` the drafter's (None for deterministic drafters, which use a one-hot q).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+# Outcome of one drafted token.
+ACCEPTED = "accepted"
+REJECTED = "rejected"  # drafted, then discarded by the verifier
+ASD_EXCEPTION = "asd_exception"  # a mismatch accepted by ASD within its budget
+CLIPPED = "clipped"  # accepted by the verifier but past EOS or max new tokens
+OUTCOMES = (ACCEPTED, REJECTED, ASD_EXCEPTION, CLIPPED)
+
+# Kind of the one target token a pass appends.
+RESAMPLED = "resampled"  # correction (greedy argmax) or residual sample at the first rejection
+BONUS = "bonus"  # every draft accepted: sampled from the row after the block
+TARGET = "target"  # nothing was drafted: plain autoregressive step
+APPENDED_KINDS = (RESAMPLED, BONUS, TARGET)
+
+END_REASONS = ("eos", "max_tokens", "context_full", "stopped", "error")
+
+
+@dataclass(frozen=True)
+class TokenProb:
+    id: int
+    prob: float
+
+
+@dataclass(frozen=True)
+class DraftedToken:
+    id: int
+    text: str
+    q: float | None  # drafter probability; None for deterministic drafters
+    p: float  # target probability after warping (greedy: softmax of raw logits)
+    target_id: int  # the target's argmax at this position
+    regret: float | None  # ASD regret top - z[x]; None outside ASD
+    outcome: str
+    accept_prob: float | None = None  # min(1, p/q) under sampling
+    u: float | None = None  # the uniform draw compared with accept_prob
+
+
+@dataclass(frozen=True)
+class AppendedToken:
+    id: int
+    text: str
+    kind: str
+    p: float
+
+
+@dataclass(frozen=True)
+class Ledger:
+    spent: float  # ASD regret spent so far in this request
+    budget: float  # B (0 outside ASD)
+    exceptions: int = 0  # ASD exceptions so far in this request
+
+
+@dataclass(frozen=True)
+class Timing:
+    draft_ms: float
+    verify_ms: float
+    total_ms: float  # wall time of the whole pass, engine bookkeeping included
+
+
+@dataclass(frozen=True)
+class RunningStats:
+    alpha: float | None  # accepted drafts / drafted so far
+    tokens_per_pass: float
+    c: float | None  # draft cost per token relative to one target forward
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class PassDetail:
+    """What the pass inspector shows: the top of each distribution."""
+
+    p_top: tuple[tuple[TokenProb, ...], ...]  # K+1 rows
+    q_top: tuple[tuple[TokenProb, ...], ...]  # K rows, empty when q is one-hot
+    residual_top: tuple[TokenProb, ...]  # norm(max(0, p - q)) at the first rejection, sampling only
+    asd_remaining: float | None  # B - s read at block start
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    target: str
+    draft_model: str | None
+    device: str
+    dtype: str
+    settings: dict
+    prompt_ids: tuple[int, ...]
+    prompt_text: str
+    type: str = "start"
+
+
+@dataclass(frozen=True)
+class PassEvent:
+    index: int
+    drafter: str | None  # name of the drafter that proposed, None if nothing was drafted
+    k: int  # K requested for this pass
+    verify: str
+    drafted: tuple[DraftedToken, ...]
+    appended: AppendedToken | None  # None when the pass ended the generation inside the block
+    ledger: Ledger
+    timing: Timing
+    position: int  # generated tokens before this pass
+    stats: RunningStats
+    detail: PassDetail | None = None
+    type: str = "pass"
+
+    @property
+    def committed_ids(self) -> tuple[int, ...]:
+        kept = [t.id for t in self.drafted if t.outcome in (ACCEPTED, ASD_EXCEPTION)]
+        return tuple(kept) + ((self.appended.id,) if self.appended else ())
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(t.outcome in (ACCEPTED, ASD_EXCEPTION) for t in self.drafted)
+
+
+@dataclass(frozen=True)
+class NoticeEvent:
+    level: str  # "warning" | "info"
+    message: str
+    type: str = "notice"
+
+
+@dataclass(frozen=True)
+class EndEvent:
+    reason: str
+    token_ids: tuple[int, ...]
+    text: str
+    passes: int
+    elapsed_s: float
+    stats: RunningStats
+    error: str | None = None
+    error_type: str | None = None
+    type: str = "end"
+
+
+Event = StartEvent | PassEvent | NoticeEvent | EndEvent
+
+
+def to_json_dict(event: Event) -> dict:
+    return dataclasses.asdict(event)
+
+
+def to_json_line(event: Event) -> str:
+    return json.dumps(to_json_dict(event), ensure_ascii=False)

@@ -1,0 +1,202 @@
+"""Load a target and an optional draft model from a hub id or a local folder.
+
+Device "auto" picks cuda > mps > cpu; dtype "auto" picks bf16 on CUDA where
+supported, fp16 on MPS, fp32 on CPU. With no target given, the bundled demo
+family under assets/models/demo is loaded, as described by its playground.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from app.engine.cached_model import find_layer_list
+from app.engine.errors import IncompatibleTokenizerError, ModelLoadError, OutOfMemoryError
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class LoadedModels:
+    target: torch.nn.Module
+    tokenizer: object
+    target_name: str
+    device: torch.device
+    dtype: torch.dtype
+    draft: torch.nn.Module | None = None
+    draft_name: str | None = None
+    default_exit_layer: int = 1
+    extras: dict = field(default_factory=dict)  # e.g. trained heads, keyed by drafter name
+
+    @property
+    def num_layers(self) -> int:
+        found = find_layer_list(self.target)
+        return len(found[2]) if found else 0
+
+    @property
+    def context_length(self) -> int:
+        config = self.target.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 1 << 20
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.get_output_embeddings().weight.shape[0]
+
+    @property
+    def available_drafters(self) -> tuple[str, ...]:
+        names = ["draft-model"] if self.draft is not None else []
+        names += ["prompt-lookup", "ngram-cache"]
+        if self.num_layers > 1:
+            names.append("layer-skip")
+        return tuple(names) + tuple(self.extras)
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        ids = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.target.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(source)
+        return frozenset(ids)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device != "auto":
+        try:
+            return torch.device(device)
+        except RuntimeError as exc:
+            raise ModelLoadError(f"unknown device {device!r}: {exc}. Use auto, cpu, cuda, cuda:N or mps.") from exc
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ModelLoadError(f"unknown dtype {dtype!r}; use auto, float32, float16 or bfloat16.")
+        return DTYPES[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def demo_manifest() -> dict:
+    path = DEMO_DIR / "playground.json"
+    if not path.is_file():
+        raise ModelLoadError(
+            "the bundled demo models are missing (assets/models/demo). "
+            "Rebuild them with `python tools/train_demo_models.py`, or give a model with --target."
+        )
+    return json.loads(path.read_text())
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids look like `name` or `org/name`; anything else is meant as a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or Path(name).expanduser().exists()
+
+
+def _load_error(name: str, exc: Exception) -> ModelLoadError:
+    if _looks_like_path(name):
+        if not Path(name).expanduser().exists():
+            return ModelLoadError(f"model folder {name!r} does not exist. Check the path.")
+        return ModelLoadError(
+            f"{name!r} is not a loadable model folder ({type(exc).__name__}: {_first_line(exc)}). "
+            "It needs config.json, the weights (*.safetensors) and the tokenizer files."
+        )
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    hint = ("the hub is switched off (HF_HUB_OFFLINE=1): use a model already in the local cache or a local folder"
+            if offline else "check the id and your network, or give a local folder")
+    return ModelLoadError(f"could not load {name!r} ({type(exc).__name__}: {_first_line(exc)}); {hint}.")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else "no details"
+
+
+def load_tokenizer(name: str):
+    try:
+        return AutoTokenizer.from_pretrained(os.path.expanduser(name))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+        raise _load_error(name, exc) from exc
+
+
+def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None):
+    kwargs = {"dtype": dtype}
+    if device_map:
+        kwargs["device_map"] = device_map
+    try:
+        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), **kwargs)
+        if not device_map:
+            model = model.to(device)
+    except torch.OutOfMemoryError as exc:
+        _release_memory()
+        raise OutOfMemoryError(f"out of memory while loading {name!r}; choose a smaller model, dtype or device.") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise _load_error(name, exc) from exc
+    return model.eval()
+
+
+def _release_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def check_same_vocabulary(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    """Refuse a drafter whose tokens differ from the target's (padding is allowed elsewhere)."""
+    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    if target_vocab == draft_vocab:
+        return
+    by_id_target = {i: t for t, i in target_vocab.items()}
+    by_id_draft = {i: t for t, i in draft_vocab.items()}
+    first = next(i for i in range(max(len(by_id_target), len(by_id_draft)) + 1)
+                 if by_id_target.get(i) != by_id_draft.get(i))
+    raise IncompatibleTokenizerError(
+        f"the drafter {draft_name!r} does not share the target's tokenizer: target {target_name!r} has "
+        f"{len(target_vocab)} tokens, drafter has {len(draft_vocab)}; first difference at id {first}: "
+        f"{by_id_target.get(first)!r} vs {by_id_draft.get(first)!r}. Choose a drafter from the same model family."
+    )
+
+
+def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
+                device_map: str | None = None, progress=None) -> LoadedModels:
+    """Load the target (and draft model); `progress(fraction, message)` is called between steps."""
+    report = progress or (lambda fraction, message: None)
+    exit_layer = None
+    if target is None:
+        manifest = demo_manifest()
+        target = str(DEMO_DIR / manifest["target"])
+        draft = draft or str(DEMO_DIR / manifest["draft"])
+        exit_layer = manifest.get("layer_skip_exit")
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    report(0.0, f"loading tokenizer of {target}")
+    tokenizer = load_tokenizer(target)
+    report(0.1, f"loading {target}")
+    target_model = load_causal_lm(target, torch_device, torch_dtype, device_map)
+    models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype)
+    models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
+    if draft:
+        report(0.6, f"loading {draft}")
+        check_same_vocabulary(tokenizer, load_tokenizer(draft), target, draft)
+        models.draft = load_causal_lm(draft, torch_device, torch_dtype)
+        models.draft_name = draft
+    report(1.0, "ready")
+    return models

@@ -1,0 +1,238 @@
+"""Settings of one generation: frozen, validated plain data.
+
+A `DecodeSettings` value never changes; the window replaces the whole value in
+a `LiveSettings` holder and the decoder reads the holder once per pass, so a
+change applies from the next pass on. `GenerationControl` carries the stop,
+pause and single-step requests that the decoder checks between passes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field, fields, replace
+
+VERIFY_RULES = ("greedy", "sample", "asd")
+NO_DRAFTER = "none"
+MAX_K = 64
+
+
+class SettingsError(ValueError):
+    """A setting a user typed is out of range; the message says what is allowed."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise SettingsError(message)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Warping applied identically to target and drafter logits (sample rule)."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(_is_number(self.temperature) and self.temperature > 0,
+                 f"temperature must be a number > 0 (got {self.temperature!r}); use the greedy rule for temperature 0")
+        _require(_is_int(self.top_k) and self.top_k >= 0,
+                 f"top-k must be a whole number >= 0, 0 meaning off (got {self.top_k!r})")
+        _require(_is_number(self.top_p) and 0 < self.top_p <= 1,
+                 f"top-p must be in (0, 1] (got {self.top_p!r})")
+
+
+@dataclass(frozen=True)
+class AsdSettings:
+    """Approximate Speculative Decoding knobs (ALGORITHMS.md section 4)."""
+
+    budget: float = 8.0  # B: regret the whole request may spend
+    gate: float = 0.25  # g: largest regret per unit of suffix value
+    cap: int = 2  # M: most accepted mismatches in one block
+
+    def __post_init__(self) -> None:
+        _require(_is_number(self.budget) and self.budget >= 0, f"ASD budget B must be a number >= 0 (got {self.budget!r})")
+        _require(_is_number(self.gate) and self.gate >= 0, f"ASD gate g must be a number >= 0 (got {self.gate!r})")
+        _require(_is_int(self.cap) and self.cap >= 0, f"ASD block cap M must be a whole number >= 0 (got {self.cap!r})")
+
+
+@dataclass(frozen=True)
+class DrafterOptions:
+    """Per-drafter knobs; each drafter reads only its own."""
+
+    lookup_max_ngram: int = 3
+    lookup_min_ngram: int = 1
+    ngram_max_n: int = 4
+    ngram_min_n: int = 1
+    ngram_min_count: int = 1
+    ngram_min_share: float = 0.0
+    layer_skip_exit: int | None = None  # first E layers; None = the model's recommended exit
+    layer_skip_layers: tuple[int, ...] | None = None  # explicit subset instead of the first E
+
+    def __post_init__(self) -> None:
+        for name in ("lookup_max_ngram", "lookup_min_ngram", "ngram_max_n", "ngram_min_n", "ngram_min_count"):
+            value = getattr(self, name)
+            _require(_is_int(value) and value >= 1, f"{name.replace('_', ' ')} must be a whole number >= 1 (got {value!r})")
+        _require(self.lookup_min_ngram <= self.lookup_max_ngram, "prompt lookup: min n-gram must not exceed max n-gram")
+        _require(self.ngram_min_n <= self.ngram_max_n, "n-gram cache: min n must not exceed max n")
+        _require(_is_number(self.ngram_min_share) and 0 <= self.ngram_min_share <= 1,
+                 f"n-gram cache: min share must be in [0, 1] (got {self.ngram_min_share!r})")
+        _require(self.layer_skip_exit is None or (_is_int(self.layer_skip_exit) and self.layer_skip_exit >= 1),
+                 f"layer skip: exit layer must be a whole number >= 1 (got {self.layer_skip_exit!r})")
+        if self.layer_skip_layers is not None:
+            layers = self.layer_skip_layers
+            _require(len(layers) > 0 and all(_is_int(i) and i >= 0 for i in layers),
+                     "layer skip: the layer subset must be a non-empty list of layer indices >= 0")
+            _require(list(layers) == sorted(set(layers)) and layers[0] == 0,
+                     "layer skip: the layer subset must be increasing and start with layer 0")
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """Everything the pass loop reads at a pass boundary."""
+
+    drafters: tuple[str, ...] = ("draft-model",)  # fallback chain, first that proposes wins
+    k: int = 4
+    adaptive_k: bool = False
+    k_min: int = 1
+    k_max: int = 16
+    verify: str = "greedy"
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    asd: AsdSettings = field(default_factory=AsdSettings)
+    options: DrafterOptions = field(default_factory=DrafterOptions)
+    max_new_tokens: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        chain = tuple(name for name in self.drafters if name != NO_DRAFTER)
+        object.__setattr__(self, "drafters", chain)
+        _require(len(set(chain)) == len(chain), f"a drafter appears twice in the chain {list(chain)}")
+        _require(_is_int(self.k) and 1 <= self.k <= MAX_K, f"K must be a whole number from 1 to {MAX_K} (got {self.k!r})")
+        _require(_is_int(self.k_min) and _is_int(self.k_max) and 1 <= self.k_min <= self.k_max <= MAX_K,
+                 f"adaptive K bounds must satisfy 1 <= min <= max <= {MAX_K} (got {self.k_min!r}, {self.k_max!r})")
+        _require(self.verify in VERIFY_RULES, f"unknown verification rule {self.verify!r}; choose one of {', '.join(VERIFY_RULES)}")
+        _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+                 f"max new tokens must be a whole number >= 1 (got {self.max_new_tokens!r})")
+        _require(_is_int(self.seed) and self.seed >= 0, f"seed must be a whole number >= 0 (got {self.seed!r})")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.verify in ("greedy", "asd")
+
+    def with_changes(self, **changes) -> DecodeSettings:
+        """A validated copy; nested groups accept a dict of their own fields."""
+        for group in ("sampling", "asd", "options"):
+            if isinstance(changes.get(group), dict):
+                changes[group] = replace(getattr(self, group), **changes[group])
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return _as_plain(self)
+
+
+def _as_plain(value):
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _as_plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple):
+        return [_as_plain(v) for v in value]
+    return value
+
+
+def settings_from_dict(data: dict) -> DecodeSettings:
+    """Inverse of `DecodeSettings.to_dict` (unknown keys are a SettingsError)."""
+    known = {f.name for f in fields(DecodeSettings)}
+    unknown = set(data) - known
+    _require(not unknown, f"unknown settings: {', '.join(sorted(unknown))}")
+    plain = dict(data)
+    groups = {"sampling": SamplingSettings, "asd": AsdSettings, "options": DrafterOptions}
+    for name, cls in groups.items():
+        if name in plain:
+            plain[name] = cls(**plain[name])
+    if "drafters" in plain:
+        plain["drafters"] = tuple(plain["drafters"])
+    if plain.get("options") is not None and plain["options"].layer_skip_layers is not None:
+        plain["options"] = replace(plain["options"], layer_skip_layers=tuple(plain["options"].layer_skip_layers))
+    return DecodeSettings(**plain)
+
+
+class LiveSettings:
+    """Thread-safe holder of the current settings; written by the window, read per pass."""
+
+    def __init__(self, settings: DecodeSettings | None = None) -> None:
+        self._lock = threading.Lock()
+        self._settings = settings or DecodeSettings()
+
+    def get(self) -> DecodeSettings:
+        with self._lock:
+            return self._settings
+
+    def set(self, settings: DecodeSettings) -> None:
+        with self._lock:
+            self._settings = settings
+
+    def update(self, **changes) -> DecodeSettings:
+        """Apply changes atomically; raises SettingsError and keeps the old value if invalid."""
+        with self._lock:
+            self._settings = self._settings.with_changes(**changes)
+            return self._settings
+
+
+class GenerationControl:
+    """Stop / pause / single-step requests, checked by the decoder between passes."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._stop = False
+        self._paused = False
+        self._steps = 0
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def step(self) -> None:
+        """Allow exactly one more pass while paused."""
+        with self._cond:
+            self._paused = True
+            self._steps += 1
+            self._cond.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        with self._cond:
+            return self._stop
+
+    @property
+    def paused(self) -> bool:
+        with self._cond:
+            return self._paused
+
+    def wait_for_turn(self) -> bool:
+        """Block while paused with no step granted; False once a stop was requested."""
+        with self._cond:
+            while self._paused and self._steps == 0 and not self._stop:
+                self._cond.wait()
+            if self._stop:
+                return False
+            if self._paused:
+                self._steps -= 1
+            return True

@@ -1,0 +1,194 @@
+"""The three verification rules for one chain block (ALGORITHMS.md sections 2-4).
+
+Notation. The drafter proposed `K >= 0` tokens `x_0 .. x_{K-1}`. The target,
+fed `[last committed, x_0 .. x_{K-1}]` in one pass, returned logits `z` of
+shape (K+1, V): row `i < K` scores draft `x_i`, row `K` the token after the
+block (the bonus). `p` are the target's (warped) probabilities, `q` the
+drafter's, (K, V); `q = None` means a deterministic drafter (one-hot `q`).
+Every rule returns `a = n_accepted` in 0..K and the one target token appended
+after the accepted prefix: the correction at row `a` if `a < K`, the bonus at
+row `K` if `a == K`. `K = 0` is plain decoding: `a = 0` and the target's own
+choice at row 0.
+
+- greedy:  accept while `x_i == argmax z_i`; append `argmax z_a`.
+- sample:  accept `x_i` iff `u_i <= min(1, p_i(x_i) / q_i(x_i))`; at the first
+           rejection `n` draw from `norm(max(0, p_n - q_n))`; if all K are
+           accepted draw the bonus from `p_K`. Lossless.
+- ASD:     greedy, but a mismatch may be accepted when its regret is gated,
+           capped and affordable within the request budget (see `verify_asd`).
+
+All rules are vectorised over K (no Python loop); a prefix length is
+`cumprod(ok).sum()`. `argmax` is torch's, which returns the first maximum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class GreedyVerdict:
+    n_accepted: int
+    next_token: int
+    target_ids: Tensor  # (K+1,) long: argmax z_i per row
+
+
+@dataclass(frozen=True, eq=False)
+class SamplingVerdict:
+    n_accepted: int
+    next_token: int
+    accept_prob: Tensor  # (K,) float32: min(1, p_i(x_i) / q_i(x_i)), p_i(x_i) for one-hot q
+    residual: Tensor | None  # (V,) norm(max(0, p_n - q_n)) at the first rejection n; None if all accepted
+
+
+@dataclass(frozen=True, eq=False)
+class AsdVerdict:
+    n_accepted: int
+    next_token: int
+    target_ids: Tensor  # (K+1,) long: y_i = argmax z_i per row
+    regret: Tensor  # (K,) float64: r_i = max(0, z_i[y_i] - z_i[x_i])
+    mismatch: Tensor  # (K,) bool: x_i != y_i
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _prefix_length(ok: Tensor) -> int:
+    """Length of the leading run of True in a (K,) bool tensor."""
+    return int(ok.long().cumprod(dim=0).sum())
+
+
+def _check_block(draft_ids: Tensor, rows: Tensor, extra_rows: int, name: str) -> int:
+    k = draft_ids.shape[0] if draft_ids.dim() == 1 else -1
+    if k < 0 or rows.dim() != 2 or rows.shape[0] != k + extra_rows:
+        raise ValueError(f"{name} must be ({'K+1' if extra_rows else 'K'}, V) for K = {k} drafts; "
+                         f"got drafts {tuple(draft_ids.shape)} and {name} {tuple(rows.shape)}")
+    return k
+
+
+def _at(rows: Tensor, ids: Tensor) -> Tensor:
+    """rows[i, ids[i]] for every i: (K, V), (K,) -> (K,)."""
+    return rows.gather(1, ids.unsqueeze(1)).squeeze(1)
+
+
+# ---------------------------------------------------------------- greedy
+
+
+def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> GreedyVerdict:
+    """Strict greedy verification (section 2): output identical to greedy decoding."""
+    k = _check_block(draft_ids, target_logits, 1, "target_logits")
+    y = target_logits.argmax(dim=-1)  # (K+1,)
+    a = _prefix_length(draft_ids.long() == y[:k])
+    return GreedyVerdict(n_accepted=a, next_token=int(y[a]), target_ids=y)
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def acceptance_probs(draft_ids: Tensor, p: Tensor, q: Tensor | None) -> Tensor:
+    """min(1, p_i(x_i) / q_i(x_i)) per draft, (K,) float32.
+
+    One-hot q (None): p_i(x_i). Guards: a token with p(x) = 0 is never
+    accepted (0/0 is taken as 0, and the rule below also refuses u = 0);
+    q(x) = 0 < p(x) gives p/q = inf, hence 1. So the value is 1 only when
+    p(x) >= q(x) and p(x) > 0. A correctly sampled draft never has q(x) = 0.
+    """
+    x = draft_ids.long()  # (K,)
+    p_x = _at(p[: x.shape[0]].float(), x)  # (K,)
+    if q is None:
+        return p_x
+    ratio = p_x / _at(q.float(), x)  # (K,) inf where q = 0 < p, nan where 0/0
+    return torch.where(p_x > 0, ratio.clamp(max=1.0), torch.zeros_like(p_x))
+
+
+def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int) -> Tensor:
+    """norm(max(0, p - q)) over (V,); p with x zeroed for one-hot q; p itself if that is all 0."""
+    p_row = p_row.float()  # (V,)
+    if q_row is None:
+        r = p_row.clone()
+        r[x] = 0.0
+    else:
+        r = (p_row - q_row.float()).clamp(min=0.0)  # (V,)
+    total = r.sum()
+    if total <= 0:
+        return p_row / p_row.sum()
+    return r / total
+
+
+def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
+                    generator: torch.Generator) -> SamplingVerdict:
+    """Lossless speculative sampling (section 3); `p`, `q` warped identically.
+
+    draft_ids (K,), p (K+1, V), q (K, V) or None for a deterministic drafter,
+    u (K,) uniform draws. The committed tokens are distributed exactly as
+    sampling from the target alone. `generator` must be on p's device.
+    """
+    k = _check_block(draft_ids, p, 1, "p")
+    if q is not None and tuple(q.shape) != (k, p.shape[1]):
+        raise ValueError(f"q must be (K, V) = {(k, p.shape[1])}; got {tuple(q.shape)}")
+    if tuple(u.shape) != (k,):
+        raise ValueError(f"u must be (K,) = ({k},); got {tuple(u.shape)}")
+    accept_prob = acceptance_probs(draft_ids, p, q)  # (K,)
+    a = _prefix_length((u <= accept_prob) & (accept_prob > 0))
+    if a == k:
+        residual, dist = None, p[k].float()  # bonus from p_K
+    else:
+        residual = residual_probs(p[a], None if q is None else q[a], int(draft_ids[a]))
+        dist = residual
+    next_token = int(torch.multinomial(dist, 1, generator=generator))
+    return SamplingVerdict(n_accepted=a, next_token=next_token, accept_prob=accept_prob, residual=residual)
+
+
+# ---------------------------------------------------------------- ASD
+
+
+def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> AsdVerdict:
+    """Approximate Speculative Decoding (section 4), O(K) vectorised.
+
+    With y_i = argmax z_i, r_i = max(0, z_i[y_i] - z_i[x_i]) (float64),
+    mis_i = x_i != y_i, suffix value v_i = K - i and C_i = sum_{j<=i} mis_j r_j,
+    position i is feasible iff it is a match, or a mismatch with
+
+        gate:    r_i / v_i <= g          (and g > 0, see below)
+        cap:     sum_{j<=i} mis_j <= M
+        budget:  C_{i-1} < rem  and  C_i <= rem,
+
+    and a is the longest feasible prefix (later matches after a failing
+    position are not reachable). `rem = B - s` is the request budget left at
+    block start. g = 0 accepts no mismatch at all, not even a zero-regret
+    tie, so that B = 0, g = 0 and M = 0 each reproduce `verify_greedy`
+    exactly. Charge the ledger with `asd_charge` after clipping a.
+    """
+    k = _check_block(draft_ids, target_logits, 1, "target_logits")
+    x = draft_ids.long()  # (K,)
+    z = target_logits.double()  # (K+1, V); exact for every float dtype
+    y = z.argmax(dim=-1)  # (K+1,)
+    top = _at(z[:k], y[:k])  # (K,)
+    regret = (top - _at(z[:k], x)).clamp(min=0.0)  # (K,)
+    mismatch = x != y[:k]  # (K,)
+    value = torch.arange(k, 0, -1, dtype=torch.float64, device=z.device)  # (K,) = K, K-1, .., 1
+    charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
+    spent = charged.cumsum(dim=0)  # (K,) C_i
+    spent_before = torch.cat([spent.new_zeros(1), spent[:-1]])  # (K,) C_{i-1}
+    gated = (regret / value <= gate) if gate > 0 else torch.zeros_like(mismatch)
+    capped = mismatch.long().cumsum(dim=0) <= cap
+    affordable = (spent_before < remaining) & (spent <= remaining)
+    ok = ~mismatch | (gated & capped & affordable)  # (K,)
+    a = _prefix_length(ok)
+    return AsdVerdict(n_accepted=a, next_token=int(y[a]), target_ids=y, regret=regret, mismatch=mismatch)
+
+
+def asd_charge(verdict: AsdVerdict, n_committed: int) -> float:
+    """Regret to add to the ledger: C_{n-1} = sum_{i < n} mis_i r_i for the clipped count n.
+
+    Uses the same cumulative sum as `verify_asd`, so the charge of the
+    unclipped count is exactly the C the affordability test compared with rem.
+    """
+    n = min(n_committed, verdict.regret.shape[0])
+    if n <= 0:
+        return 0.0
+    charged = torch.where(verdict.mismatch, verdict.regret, torch.zeros_like(verdict.regret))  # (K,)
+    return float(charged.cumsum(dim=0)[n - 1])

@@ -1,0 +1,244 @@
+"""Qt-side view-model of one generation: the history the widgets render.
+
+Events arrive (queued from the worker thread) one by one; the session files
+them, updates per-pass series in growing NumPy arrays and marks itself
+dirty. A ~30 Hz timer then emits `sig_refresh` once, and the widgets redraw
+from the session's state — never once per token.
+
+Notation as in the engine: alpha = accepted drafts / drafted, K = drafts per
+pass, c = cost of one draft step relative to one target forward.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, EndEvent, NoticeEvent, PassEvent, StartEvent, to_json_line
+from app.engine.stats import expected_tokens_per_pass, predicted_speedup
+
+REFRESH_MS = 33
+ROLLING_PASSES = 16
+NAN = math.nan
+
+PASS_COLUMNS = (
+    "pass", "k", "drafted", "accepted", "committed", "alpha_cum", "alpha_roll", "expected_tokens",
+    "ledger_spent", "budget", "exceptions", "draft_ms", "verify_ms", "total_ms", "tokens_per_s", "c",
+    "speedup_measured", "speedup_predicted",
+)
+
+
+class GrowingColumns:
+    """Named float64 columns with amortised O(1) append; views are cheap slices."""
+
+    def __init__(self, names: tuple[str, ...], capacity: int = 1024) -> None:
+        self.names = names
+        self._index = {name: i for i, name in enumerate(names)}
+        self._data = np.full((len(names), capacity), NAN)
+        self.size = 0
+
+    def append(self, row: dict[str, float]) -> None:
+        if self.size == self._data.shape[1]:
+            grown = np.full((len(self.names), 2 * self.size), NAN)
+            grown[:, : self.size] = self._data
+            self._data = grown
+        column = self._data[:, self.size]
+        for name, value in row.items():
+            column[self._index[name]] = NAN if value is None else value
+        self.size += 1
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._data[self._index[name], : self.size]
+
+
+class RollingRate:
+    """Cumulative and rolling (last N passes) acceptance rate."""
+
+    def __init__(self, window: int = ROLLING_PASSES) -> None:
+        self._recent: deque[tuple[int, int]] = deque(maxlen=window)
+        self.drafted = 0
+        self.accepted = 0
+
+    def add(self, accepted: int, drafted: int) -> None:
+        self._recent.append((accepted, drafted))
+        self.accepted += accepted
+        self.drafted += drafted
+
+    @property
+    def cumulative(self) -> float:
+        return self.accepted / self.drafted if self.drafted else NAN
+
+    @property
+    def rolling(self) -> float:
+        drafted = sum(d for _, d in self._recent)
+        return sum(a for a, _ in self._recent) / drafted if drafted else NAN
+
+
+class DrafterSeries:
+    """alpha of one drafter over the passes in which it proposed."""
+
+    def __init__(self) -> None:
+        self.columns = GrowingColumns(("pass", "alpha_roll", "alpha_cum"), capacity=256)
+        self.rate = RollingRate()
+
+    def add(self, event: PassEvent) -> None:
+        self.rate.add(event.n_accepted, len(event.drafted))
+        self.columns.append({"pass": event.index, "alpha_roll": self.rate.rolling, "alpha_cum": self.rate.cumulative})
+
+
+class Session(QObject):
+    """History of the current run; widgets read it when `sig_refresh` fires."""
+
+    sig_refresh = Signal()
+    sig_started = Signal(object)  # StartEvent
+    sig_ended = Signal(object)  # EndEvent
+    sig_notice = Signal(object)  # NoticeEvent
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self.flush)
+        self.reset()
+
+    # --- lifecycle -----------------------------------------------------
+    def reset(self) -> None:
+        self.events: list = []
+        self.passes: list[PassEvent] = []
+        self.notices: list[NoticeEvent] = []
+        self.start: StartEvent | None = None
+        self.end: EndEvent | None = None
+        self.series = GrowingColumns(PASS_COLUMNS)
+        self.by_drafter: dict[str, DrafterSeries] = {}
+        self._overall = RollingRate()
+        self._text_parts: list[str] = []
+        self._tokens = 0
+        self._elapsed_ms = 0.0
+        self._verify_ms = 0.0
+        self._dirty = True
+
+    def begin(self) -> None:
+        """Forget the previous run and start the refresh timer."""
+        self.reset()
+        self._timer.start()
+
+    @property
+    def running(self) -> bool:
+        return self._timer.isActive()
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self.sig_refresh.emit()
+
+    # --- events ----------------------------------------------------------
+    def on_event(self, event) -> None:
+        self.events.append(event)
+        self._dirty = True
+        if isinstance(event, PassEvent):
+            self._add_pass(event)
+        elif isinstance(event, StartEvent):
+            self.start = event
+            self.sig_started.emit(event)
+        elif isinstance(event, NoticeEvent):
+            self.notices.append(event)
+            self.sig_notice.emit(event)
+        elif isinstance(event, EndEvent):
+            self._finish(event)
+
+    def _finish(self, event: EndEvent) -> None:
+        self.end = event
+        self._timer.stop()
+        self.flush()  # the last partial tick must reach the widgets before "ended"
+        self.sig_ended.emit(event)
+
+    def _add_pass(self, event: PassEvent) -> None:
+        self.passes.append(event)
+        self._text_parts.extend(t.text for t in event.drafted if t.outcome in (ACCEPTED, ASD_EXCEPTION))
+        if event.appended is not None:
+            self._text_parts.append(event.appended.text)
+        if event.drafter is not None and event.drafted:
+            self.by_drafter.setdefault(event.drafter, DrafterSeries()).add(event)
+        self._overall.add(event.n_accepted, len(event.drafted))
+        self.series.append(self._pass_row(event))
+
+    def _pass_row(self, event: PassEvent) -> dict[str, float]:
+        committed = len(event.committed_ids)
+        self._tokens += committed
+        self._elapsed_ms += event.timing.total_ms
+        self._verify_ms += event.timing.verify_ms
+        alpha = self._overall.cumulative
+        c = event.stats.c
+        return {
+            "pass": event.index, "k": event.k, "drafted": len(event.drafted), "accepted": event.n_accepted,
+            "committed": committed, "alpha_cum": alpha, "alpha_roll": self._overall.rolling,
+            "expected_tokens": NAN if math.isnan(alpha) else expected_tokens_per_pass(alpha, event.k),
+            "ledger_spent": event.ledger.spent, "budget": event.ledger.budget,
+            "exceptions": event.ledger.exceptions, "draft_ms": event.timing.draft_ms,
+            "verify_ms": event.timing.verify_ms, "total_ms": event.timing.total_ms,
+            "tokens_per_s": event.stats.tokens_per_s, "c": c,
+            "speedup_measured": self._measured_speedup(),
+            "speedup_predicted": NAN if (math.isnan(alpha) or c is None) else predicted_speedup(alpha, event.k, c),
+        }
+
+    def _measured_speedup(self) -> float:
+        """Tokens so far x (one target forward, estimated by the mean verify time) / time spent.
+
+        A plain autoregressive run pays about one target forward per token, so
+        this is the speedup over it measured on this very run.
+        """
+        if self._elapsed_ms <= 0 or not self.passes:
+            return NAN
+        mean_forward_ms = self._verify_ms / len(self.passes)
+        return self._tokens * mean_forward_ms / self._elapsed_ms
+
+    # --- summaries ---------------------------------------------------------
+    @property
+    def generated_text(self) -> str:
+        if self.end is not None and self.end.text:
+            return self.end.text
+        return "".join(self._text_parts)
+
+    @property
+    def token_count(self) -> int:
+        return self._tokens
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if self.end is not None:
+            return self.end.stats.tokens_per_s
+        return self.passes[-1].stats.tokens_per_s if self.passes else None
+
+    @property
+    def alpha(self) -> float | None:
+        alpha = self._overall.cumulative
+        return None if math.isnan(alpha) else alpha
+
+    # --- exports -----------------------------------------------------------
+    def export_jsonl(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8") as out:
+            for event in self.events:
+                out.write(to_json_line(event) + "\n")
+
+    def export_csv(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(("pass", "drafter", "verify") + PASS_COLUMNS[1:])
+            columns = [self.series[name] for name in PASS_COLUMNS[1:]]
+            for row, event in enumerate(self.passes):
+                values = [_csv_number(column[row]) for column in columns]
+                writer.writerow([event.index, event.drafter or "", event.verify] + values)
+
+    def export_text(self, path: str | Path) -> None:
+        Path(path).write_text(self.generated_text, encoding="utf-8")
+
+
+def _csv_number(value: float) -> str:
+    if math.isnan(value):
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"

@@ -1,0 +1,99 @@
+"""Prompt editor and run controls: Generate (Ctrl+Enter), Stop (Esc), Pause, Step."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QCheckBox, QFormLayout, QHBoxLayout, QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+MAX_TOKENS_LIMIT = 100_000
+
+
+class ControlsPanel(QWidget):
+    """Emits requests; the main window decides what they mean in the current state."""
+
+    sig_generate = Signal()
+    sig_stop = Signal()
+    sig_pause = Signal(bool)  # True = pause, False = resume
+    sig_step = Signal()
+    sig_changed = Signal()  # max tokens / seed / chat template edited
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt, then press Ctrl+Enter")
+        self.prompt.setObjectName("prompt")
+        self.generate_button = QPushButton("Generate")
+        self.generate_button.setToolTip("Generate (Ctrl+Enter)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop (Esc)")
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.setCheckable(True)
+        self.step_button = QPushButton("Step")
+        self.step_button.setToolTip("Run exactly one more pass while paused")
+        self.max_tokens = _spin(1, MAX_TOKENS_LIMIT, 128, "max new tokens")
+        self.seed = _spin(0, 2**31 - 1, 0, "seed of the sampler")
+        self.chat_template = QCheckBox("Apply the chat template")
+        self.chat_template.setToolTip("Wrap the prompt in the tokenizer's chat template (instruction-tuned models)")
+        self._layout()
+        self._connect()
+        self.set_running(False)
+
+    def _layout(self) -> None:
+        buttons = QHBoxLayout()
+        for button in (self.generate_button, self.stop_button, self.pause_button, self.step_button):
+            buttons.addWidget(button)
+        form = QFormLayout()
+        form.addRow("Max new tokens", self.max_tokens)
+        form.addRow("Seed", self.seed)
+        form.addRow(self.chat_template)
+        column = QVBoxLayout(self)
+        column.addWidget(self.prompt, 1)
+        column.addLayout(buttons)
+        column.addLayout(form)
+
+    def _connect(self) -> None:
+        self.generate_button.clicked.connect(self.sig_generate)
+        self.stop_button.clicked.connect(self.sig_stop)
+        self.pause_button.toggled.connect(self._on_pause_toggled)
+        self.step_button.clicked.connect(self.sig_step)
+        for seq in ("Ctrl+Return", "Ctrl+Enter"):
+            QShortcut(QKeySequence(seq), self, self._shortcut_generate, context=Qt.ShortcutContext.WindowShortcut)
+        QShortcut(QKeySequence("Esc"), self, self.sig_stop.emit, context=Qt.ShortcutContext.WindowShortcut)
+        self.max_tokens.valueChanged.connect(self.sig_changed)
+        self.seed.valueChanged.connect(self.sig_changed)
+        self.chat_template.toggled.connect(self.sig_changed)
+
+    def _shortcut_generate(self) -> None:
+        if self.generate_button.isEnabled():
+            self.sig_generate.emit()
+
+    def _on_pause_toggled(self, paused: bool) -> None:
+        self.pause_button.setText("Resume" if paused else "Pause")
+        self.sig_pause.emit(paused)
+
+    def set_running(self, running: bool) -> None:
+        self.generate_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.pause_button.setEnabled(running)
+        self.step_button.setEnabled(running)
+        if not running and self.pause_button.isChecked():
+            self.pause_button.blockSignals(True)
+            self.pause_button.setChecked(False)
+            self.pause_button.setText("Pause")
+            self.pause_button.blockSignals(False)
+
+    @property
+    def prompt_text(self) -> str:
+        return self.prompt.toPlainText()
+
+
+def _spin(low: int, high: int, value: int, tip: str) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setValue(value)
+    spin.setToolTip(tip)
+    spin.setKeyboardTracking(False)  # one change per finished edit, not per keystroke
+    return spin

@@ -1,0 +1,272 @@
+"""Drafter chain, K and the verification rule: every control applies live, at the next pass.
+
+Edits are coalesced by a short single-shot timer (a dragged slider makes one
+settings value, not fifty), then `sig_changed` fires; the window builds a
+validated DecodeSettings with `settings_from` and shows any SettingsError
+inline with `show_error` instead of raising.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QButtonGroup, QCheckBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
+    QListWidget, QListWidgetItem, QRadioButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from app.engine.settings import MAX_K, DecodeSettings
+
+THROTTLE_MS = 120
+DRAFTER_LABELS = {
+    "draft-model": "Draft model",
+    "prompt-lookup": "Prompt lookup",
+    "ngram-cache": "N-gram cache",
+    "layer-skip": "Layer skip (self-speculative)",
+    "medusa": "Medusa heads",
+    "mtp": "MTP modules",
+    "eagle": "EAGLE head",
+    "dflash": "DFlash block drafter",
+}
+VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
+NAME_ROLE = Qt.ItemDataRole.UserRole
+
+
+class DrafterPanel(QWidget):
+    sig_changed = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._throttle = QTimer(self)
+        self._throttle.setSingleShot(True)
+        self._throttle.setInterval(THROTTLE_MS)
+        self._throttle.timeout.connect(self.sig_changed)
+        self._build_chain()
+        self._build_k()
+        self._build_verify()
+        self.error = QLabel()
+        self.error.setObjectName("inlineError")
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #c0392b;")
+        self.error.hide()
+        column = QVBoxLayout(self)
+        for part in (self.chain_box, self.k_box, self.verify_box, self.error):
+            column.addWidget(part)
+        column.addStretch(1)
+        self._sync_enabled()
+
+    # --- construction ------------------------------------------------------------
+    def _build_chain(self) -> None:
+        self.chain = QListWidget()
+        self.chain.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
+        self.chain.setDefaultDropAction(Qt.DropAction.MoveAction)
+        self.chain.setToolTip("Checked drafters form a fallback chain: the first that proposes wins. Drag to reorder.")
+        self.chain.itemChanged.connect(self._edited)
+        self.chain.model().rowsMoved.connect(self._edited)
+        self.exit_layer = QSpinBox()
+        self.exit_layer.setRange(1, 1)
+        self.exit_layer.setToolTip("Layer skip drafts with the first E layers of the target")
+        self.exit_layer.valueChanged.connect(self._edited)
+        form = QFormLayout()
+        form.addRow("Layer-skip exit layer E", self.exit_layer)
+        self.chain_box = QGroupBox("Drafters (fallback chain)")
+        column = QVBoxLayout(self.chain_box)
+        column.addWidget(self.chain)
+        column.addLayout(form)
+
+    def _build_k(self) -> None:
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, MAX_K)
+        self.k_slider = QSlider(Qt.Orientation.Horizontal)
+        self.k_slider.setRange(1, 16)
+        self.k_spin.valueChanged.connect(self._k_from_spin)
+        self.k_slider.valueChanged.connect(self.k_spin.setValue)
+        self.adaptive_k = QCheckBox("Adaptive K (+2 when all accepted, -1 otherwise)")
+        self.adaptive_k.toggled.connect(self._edited)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("K"))
+        row.addWidget(self.k_slider, 1)
+        row.addWidget(self.k_spin)
+        self.k_box = QGroupBox("Draft length")
+        column = QVBoxLayout(self.k_box)
+        column.addLayout(row)
+        column.addWidget(self.adaptive_k)
+
+    def _build_verify(self) -> None:
+        self.rule_buttons = QButtonGroup(self)
+        rules = QHBoxLayout()
+        for rule, label in VERIFY_LABELS.items():
+            button = QRadioButton(label)
+            button.setProperty("rule", rule)
+            self.rule_buttons.addButton(button)
+            rules.addWidget(button)
+        self.rule_buttons.buttons()[0].setChecked(True)
+        self.rule_buttons.buttonToggled.connect(self._edited)
+        self.temperature = _dspin(0.01, 10.0, 1.0, 0.05, "temperature applied to target and drafter alike")
+        self.top_k = _ispin(0, 100_000, 0, "top-k (0 = off)")
+        self.top_p = _dspin(0.01, 1.0, 1.0, 0.01, "top-p nucleus")
+        self.budget = _dspin(0.0, 1e6, 8.0, 0.5, "B: regret the whole request may spend")
+        self.gate = _dspin(0.0, 1e3, 0.25, 0.05, "g: largest regret per unit of suffix value")
+        self.cap = _ispin(0, MAX_K, 2, "M: most accepted mismatches in one block")
+        for spin in (self.temperature, self.top_k, self.top_p, self.budget, self.gate, self.cap):
+            spin.valueChanged.connect(self._edited)
+        self.sampling_form = _form(("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p))
+        self.asd_form = _form(("Budget B", self.budget), ("Gate g", self.gate), ("Block cap M", self.cap))
+        self.verify_box = QGroupBox("Verification")
+        column = QVBoxLayout(self.verify_box)
+        column.addLayout(rules)
+        column.addWidget(self.sampling_form)
+        column.addWidget(self.asd_form)
+
+    # --- state -------------------------------------------------------------------
+    def set_available(self, available: tuple[str, ...], num_layers: int, default_exit: int) -> None:
+        """Offer the drafters these models support; keep the user's order and checks where possible."""
+        previous = self.chain_order()
+        checked = set(self.checked_drafters())
+        self.chain.blockSignals(True)
+        self.chain.clear()
+        order = [n for n in previous if n in available] + [n for n in available if n not in previous]
+        for name in order:
+            self._add_item(name, name in checked or (not previous and name == available[0]), enabled=True)
+        for name in DRAFTER_LABELS:
+            if name not in available:
+                self._add_item(name, False, enabled=False)
+        self.chain.blockSignals(False)
+        self.exit_layer.blockSignals(True)
+        self.exit_layer.setRange(1, max(1, num_layers - 1))
+        self.exit_layer.setValue(min(max(1, default_exit), max(1, num_layers - 1)))
+        self.exit_layer.blockSignals(False)
+        self._edited()
+
+    def _add_item(self, name: str, checked: bool, enabled: bool) -> None:
+        item = QListWidgetItem(DRAFTER_LABELS.get(name, name))
+        item.setData(NAME_ROLE, name)
+        flags = Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsDragEnabled
+        item.setFlags(flags | Qt.ItemFlag.ItemIsEnabled if enabled else flags)
+        item.setCheckState(Qt.CheckState.Checked if checked and enabled else Qt.CheckState.Unchecked)
+        if not enabled:
+            item.setToolTip("Not available for the loaded models")
+        self.chain.addItem(item)
+
+    def chain_order(self) -> list[str]:
+        return [self.chain.item(i).data(NAME_ROLE) for i in range(self.chain.count())]
+
+    def checked_drafters(self) -> tuple[str, ...]:
+        items = (self.chain.item(i) for i in range(self.chain.count()))
+        return tuple(item.data(NAME_ROLE) for item in items
+                     if item.checkState() == Qt.CheckState.Checked and item.flags() & Qt.ItemFlag.ItemIsEnabled)
+
+    def set_drafters(self, chain: tuple[str, ...]) -> None:
+        """Check exactly `chain` (in that order, first), leaving the other items after it."""
+        self.chain.blockSignals(True)
+        rows = {self.chain.item(i).data(NAME_ROLE): i for i in range(self.chain.count())}
+        for target_row, name in enumerate(n for n in chain if n in rows):
+            current = [self.chain.item(i).data(NAME_ROLE) for i in range(self.chain.count())].index(name)
+            self.chain.insertItem(target_row, self.chain.takeItem(current))
+        for i in range(self.chain.count()):
+            item = self.chain.item(i)
+            on = item.data(NAME_ROLE) in chain and bool(item.flags() & Qt.ItemFlag.ItemIsEnabled)
+            item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
+        self.chain.blockSignals(False)
+        self._edited()
+
+    @property
+    def rule(self) -> str:
+        button = self.rule_buttons.checkedButton()
+        return button.property("rule") if button else "greedy"
+
+    def set_rule(self, rule: str) -> None:
+        for button in self.rule_buttons.buttons():
+            if button.property("rule") == rule:
+                button.setChecked(True)
+
+    def changes(self) -> dict:
+        """The fields of DecodeSettings this panel owns, for `DecodeSettings.with_changes`."""
+        return dict(
+            drafters=self.checked_drafters(), k=self.k_spin.value(), adaptive_k=self.adaptive_k.isChecked(),
+            verify=self.rule,
+            sampling=dict(temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value()),
+            asd=dict(budget=self.budget.value(), gate=self.gate.value(), cap=self.cap.value()),
+            options=dict(layer_skip_exit=self.exit_layer.value()),
+        )
+
+    def settings_from(self, base: DecodeSettings) -> DecodeSettings:
+        """A validated settings value; raises SettingsError (shown with `show_error`)."""
+        return base.with_changes(**self.changes())
+
+    def apply(self, settings: DecodeSettings) -> None:
+        """Show `settings` in the controls without emitting a burst of changes."""
+        widgets = (self.k_spin, self.k_slider, self.adaptive_k, self.temperature, self.top_k, self.top_p,
+                   self.budget, self.gate, self.cap, self.rule_buttons, self.exit_layer)
+        for widget in widgets:
+            widget.blockSignals(True)
+        self.k_spin.setValue(settings.k)
+        self.k_slider.setValue(min(settings.k, self.k_slider.maximum()))
+        self.adaptive_k.setChecked(settings.adaptive_k)
+        self.temperature.setValue(settings.sampling.temperature)
+        self.top_k.setValue(settings.sampling.top_k)
+        self.top_p.setValue(settings.sampling.top_p)
+        self.budget.setValue(settings.asd.budget)
+        self.gate.setValue(settings.asd.gate)
+        self.cap.setValue(settings.asd.cap)
+        self.set_rule(settings.verify)
+        if settings.options.layer_skip_exit is not None:
+            self.exit_layer.setValue(settings.options.layer_skip_exit)
+        for widget in widgets:
+            widget.blockSignals(False)
+        self.set_drafters(settings.drafters)
+        self._sync_enabled()
+
+    def show_error(self, message: str | None) -> None:
+        self.error.setText(message or "")
+        self.error.setVisible(bool(message))
+
+    # --- reactions -----------------------------------------------------------------
+    def _k_from_spin(self, k: int) -> None:
+        self.k_slider.blockSignals(True)
+        self.k_slider.setValue(min(k, self.k_slider.maximum()))
+        self.k_slider.blockSignals(False)
+        self._edited()
+
+    def _edited(self, *args) -> None:
+        self._sync_enabled()
+        self._throttle.start()
+
+    def flush(self) -> None:
+        """Emit a pending change now (e.g. right before a generation starts)."""
+        if self._throttle.isActive():
+            self._throttle.stop()
+            self.sig_changed.emit()
+
+    def _sync_enabled(self) -> None:
+        self.sampling_form.setEnabled(self.rule == "sample")
+        self.asd_form.setEnabled(self.rule == "asd")
+        self.exit_layer.setEnabled("layer-skip" in self.checked_drafters())
+
+
+def _dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox()
+    spin.setDecimals(3)
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    spin.setValue(value)
+    spin.setToolTip(tip)
+    spin.setKeyboardTracking(False)
+    return spin
+
+
+def _ispin(low: int, high: int, value: int, tip: str) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setValue(value)
+    spin.setToolTip(tip)
+    spin.setKeyboardTracking(False)
+    return spin
+
+
+def _form(*rows) -> QWidget:
+    holder = QWidget()
+    form = QFormLayout(holder)
+    form.setContentsMargins(0, 0, 0, 0)
+    for label, widget in rows:
+        form.addRow(label, widget)
+    return holder

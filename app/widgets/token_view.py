@@ -1,0 +1,240 @@
+"""The live token stream: every token coloured and styled by what happened to it.
+
+Appends with one kept QTextCursor and prebuilt formats, inside one edit block
+per refresh tick. Which token lies under a character is found with a sorted
+list of start offsets and `bisect` (O(log n), a few bytes per token), so
+tooltips and clicks stay instant at tens of thousands of tokens.
+
+Within a pass the order is: accepted drafts, the rejected drafts as struck
+ghost text (optional), then the target's token (resampled or bonus).
+"""
+
+from __future__ import annotations
+
+import html
+from bisect import bisect_right
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QColor, QTextCursor, QTextFormat
+from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
+
+from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
+from app.widgets import token_style as ts
+
+GHOST_NEWLINE = "↵"
+
+
+class TokenView(QPlainTextEdit):
+    """Read-only, colour-coded token stream; clicking a token emits its pass index."""
+
+    sig_pass_selected = Signal(int)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setMouseTracking(True)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setPlaceholderText("Generated text appears here, token by token.")
+        self._session = None
+        self._hide_rejected = False
+        self._formats = ts.make_formats(ts.is_dark(self.palette()))
+        self._clear_index()
+
+    # --- data binding --------------------------------------------------------
+    def set_session(self, session) -> None:
+        self._session = session
+        session.sig_refresh.connect(self.refresh)
+
+    def _clear_index(self) -> None:
+        self._starts: list[int] = []  # document offset where each token starts
+        self._refs: list[tuple[int, int]] = []  # (row in session.passes, drafted slot or -1 = appended)
+        self._rendered = 0  # passes rendered so far
+        self._prompt_shown = False
+        self._cursor = QTextCursor(self.document())
+        self._cursor.movePosition(QTextCursor.MoveOperation.End)
+
+    def clear_view(self) -> None:
+        self.document().clear()
+        self.setExtraSelections([])
+        self._clear_index()
+
+    @property
+    def hide_rejected(self) -> bool:
+        return self._hide_rejected
+
+    def set_hide_rejected(self, hide: bool) -> None:
+        if hide != self._hide_rejected:
+            self._hide_rejected = hide
+            self.rebuild()
+
+    def rebuild(self) -> None:
+        """Re-render the whole run (theme or ghost-text toggle changed)."""
+        self.clear_view()
+        self.refresh()
+
+    # --- rendering -----------------------------------------------------------
+    def refresh(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        pending = len(session.passes) - self._rendered
+        if pending <= 0 and (self._prompt_shown or session.start is None):
+            return
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        self._cursor.beginEditBlock()
+        if not self._prompt_shown and session.start is not None:
+            self._cursor.insertText(session.start.prompt_text, self._formats[ts.PROMPT])
+            self._prompt_shown = True
+        for row in range(self._rendered, len(session.passes)):
+            self._insert_pass(row, session.passes[row])
+        self._cursor.endEditBlock()
+        self._rendered = len(session.passes)
+        if follow:
+            bar.setValue(bar.maximum())
+
+    def _insert_pass(self, row: int, event: PassEvent) -> None:
+        kept = [(i, t) for i, t in enumerate(event.drafted) if t.outcome not in (REJECTED, CLIPPED)]
+        for slot, token in kept:
+            self._insert(row, slot, token.text, ts.ASD_EXCEPTION if token.outcome == ASD_EXCEPTION else ts.ACCEPTED)
+        if not self._hide_rejected:
+            for slot, token in enumerate(event.drafted):
+                if token.outcome == REJECTED:
+                    self._insert(row, slot, token.text.replace("\n", GHOST_NEWLINE), ts.REJECTED)
+        if event.appended is not None:
+            self._insert(row, -1, event.appended.text, event.appended.kind)
+
+    def _insert(self, row: int, slot: int, text: str, style: str) -> None:
+        if not text:
+            return
+        self._starts.append(self._cursor.position())
+        self._refs.append((row, slot))
+        self._cursor.insertText(text, self._formats.get(style, self._formats[ts.TARGET]))
+
+    # --- lookup ----------------------------------------------------------------
+    @property
+    def token_count(self) -> int:
+        return len(self._starts)
+
+    def token_at(self, position: int) -> int | None:
+        """Index of the token covering document offset `position`, if any."""
+        i = bisect_right(self._starts, position) - 1
+        if i < 0:
+            return None
+        end = self._starts[i + 1] if i + 1 < len(self._starts) else self._cursor.position()
+        return i if position < end else None
+
+    def token_info(self, index: int) -> tuple[PassEvent, DraftedToken | AppendedToken]:
+        row, slot = self._refs[index]
+        event = self._session.passes[row]
+        return event, (event.appended if slot < 0 else event.drafted[slot])
+
+    def _token_under(self, pos) -> int | None:
+        cursor = self.cursorForPosition(pos)
+        position = cursor.position()
+        # cursorForPosition snaps to the nearest boundary; step back when the
+        # mouse is on the left half of the character after it.
+        if self.cursorRect(cursor).center().x() > pos.x() and position > 0:
+            position -= 1
+        return self.token_at(position)
+
+    # --- interaction -----------------------------------------------------------
+    def viewportEvent(self, event) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            index = self._token_under(event.pos())
+            if index is None:
+                QToolTip.hideText()
+            else:
+                QToolTip.showText(event.globalPos(), tooltip_text(*self.token_info(index)), self.viewport())
+            return True
+        return super().viewportEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:
+        super().mouseReleaseEvent(event)
+        if event.button() == Qt.MouseButton.LeftButton and not self.textCursor().hasSelection():
+            index = self._token_under(event.position().toPoint())
+            if index is not None:
+                self.select_pass(self._refs[index][0])
+
+    def select_pass(self, row: int) -> None:
+        """Highlight the tokens of pass `row` (a row of session.passes) and announce its pass index."""
+        if self._session is None or not 0 <= row < len(self._session.passes):
+            return
+        self._highlight_pass(row)
+        self.sig_pass_selected.emit(self._session.passes[row].index)
+
+    def _highlight_pass(self, row: int) -> None:
+        indices = self._pass_token_range(row)
+        if not indices:
+            self.setExtraSelections([])
+            return
+        start = self._starts[indices[0]]
+        end = self._starts[indices[-1] + 1] if indices[-1] + 1 < len(self._starts) else self._cursor.position()
+        selection = QTextEdit.ExtraSelection()
+        selection.cursor = QTextCursor(self.document())
+        selection.cursor.setPosition(start)
+        selection.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        selection.format.setProperty(QTextFormat.Property.OutlinePen, QColor("#e69f00"))
+        selection.format.setBackground(QColor(230, 159, 0, 70))
+        self.setExtraSelections([selection])
+
+    def _pass_token_range(self, row: int) -> range:
+        """Token indices of pass `row`: rows are non-decreasing along the document."""
+        rows = _RowsView(self._refs)
+        lo = _lower_bound(rows, row)
+        hi = _lower_bound(rows, row + 1)
+        return range(lo, hi)
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._formats = ts.make_formats(ts.is_dark(self.palette()))
+            self.rebuild()
+
+
+class _RowsView:
+    """Sequence view of the pass rows of `refs`, for binary search without copying."""
+
+    def __init__(self, refs: list[tuple[int, int]]) -> None:
+        self._refs = refs
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __getitem__(self, i: int) -> int:
+        return self._refs[i][0]
+
+
+def _lower_bound(seq, value: int) -> int:
+    lo, hi = 0, len(seq)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if seq[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def tooltip_text(event: PassEvent, token: DraftedToken | AppendedToken) -> str:
+    """What a hover shows: who proposed it, in which pass, and the numbers behind the verdict."""
+    shown = f"<b>{html.escape(repr(token.text))}</b>"
+    if isinstance(token, AppendedToken):
+        return "<br>".join([f"{shown} — {ts.LABELS.get(token.kind, token.kind)} (from the target)",
+                            f"pass {event.index} · verify {event.verify}", f"p(x) = {token.p:.4f}"])
+    q = "one-hot (deterministic drafter)" if token.q is None else f"{token.q:.4f}"
+    lines = [f"{shown} — {ts.LABELS.get(token.outcome, token.outcome)}",
+             f"drafter {html.escape(str(event.drafter))} · pass {event.index} · verify {event.verify}",
+             f"p(x) = {token.p:.4f} &nbsp; q(x) = {q}",
+             f"acceptance min(1, p/q) = {_acceptance(token):.4f}"]
+    if token.regret is not None:
+        lines.append(f"ASD regret = {token.regret:.4f}")
+    return "<br>".join(lines)
+
+
+def _acceptance(token: DraftedToken) -> float:
+    if token.accept_prob is not None:
+        return token.accept_prob
+    q = 1.0 if token.q is None else token.q
+    return min(1.0, token.p / q) if q > 0 else 1.0

@@ -1,0 +1,143 @@
+"""The only bridge between the engine and Qt: worker threads that re-emit engine output as signals.
+
+`GenerationThread` runs `decoder.generate(...)` and emits every event object
+unchanged on `sig_event` (queued to the GUI thread), then `sig_finished`.
+`ModelLoadThread` loads models (and builds the decoder) off the GUI thread.
+
+The engine's loop has no Qt event loop: stop, pause and single-step go
+through the thread-safe `GenerationControl`, which the decoder checks between
+passes. `stop_and_join` is the one way to end a thread: request the stop,
+wake a paused decoder, wait until `run()` has returned.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+import traceback
+
+from PySide6.QtCore import QThread, Signal
+
+from app.engine.events import EndEvent, RunningStats
+from app.engine.settings import GenerationControl, LiveSettings
+
+
+def _forget_python_thread_record() -> None:
+    """Drop the `threading` record of this Qt-started thread as it ends.
+
+    Python < 3.12 registers a `_DummyThread` for a foreign thread the first
+    time anything in it calls `threading.current_thread()` (logging does), and
+    that record reports "alive" forever. Removing it keeps
+    `threading.enumerate()` truthful about which threads still run.
+    """
+    record = threading._active.get(threading.get_ident())  # noqa: SLF001 - no public API for this
+    if isinstance(record, threading._DummyThread):  # noqa: SLF001
+        threading._active.pop(threading.get_ident(), None)  # noqa: SLF001
+
+
+def error_end_event(error: BaseException, started: float) -> EndEvent:
+    """An EndEvent for an exception that escaped the engine (the engine normally yields its own)."""
+    return EndEvent(
+        reason="error",
+        token_ids=(),
+        text="",
+        passes=0,
+        elapsed_s=time.perf_counter() - started,
+        stats=RunningStats(alpha=None, tokens_per_pass=0.0, c=None, tokens_per_s=0.0),
+        error=str(error) or type(error).__name__,
+        error_type=type(error).__name__,
+    )
+
+
+class GenerationThread(QThread):
+    """Runs one generation; every engine event is re-emitted as the same object."""
+
+    sig_event = Signal(object)
+    sig_finished = Signal()
+
+    def __init__(self, decoder, prompt: str, live: LiveSettings, control: GenerationControl,
+                 chat_template: bool = False, parent=None) -> None:
+        super().__init__(parent)
+        self._decoder = decoder
+        self._prompt = prompt
+        self.live = live
+        self.control = control
+        self._chat_template = chat_template
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        ended = False
+        try:
+            events = self._decoder.generate(self._prompt, self.live, self.control, chat_template=self._chat_template)
+            for event in events:
+                ended = isinstance(event, EndEvent)
+                self.sig_event.emit(event)
+        except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
+            traceback.print_exc()
+            if not ended:
+                self.sig_event.emit(error_end_event(error, started))
+        finally:
+            self.sig_finished.emit()
+            _forget_python_thread_record()
+
+    def stop_and_join(self, timeout_ms: int | None = None) -> bool:
+        """Request a stop (also waking a paused decoder) and wait for `run` to return."""
+        self.control.stop()
+        if timeout_ms is None:
+            return self.wait()
+        return self.wait(timeout_ms)
+
+
+def _call_load(load_models, request: dict, progress):
+    """Pass a progress callback only if the engine's loader accepts one."""
+    kwargs = dict(request)
+    if "progress" in inspect.signature(load_models).parameters:
+        kwargs["progress"] = progress
+    return load_models(**kwargs)
+
+
+class ModelLoadThread(QThread):
+    """Loads a target (+ drafter) and builds the decoder, off the GUI thread.
+
+    `sig_progress(message, done, total)`: total 0 means "busy, size unknown".
+    `sig_loaded(models, decoder)` on success, `sig_failed(message)` otherwise.
+    """
+
+    sig_progress = Signal(str, int, int)
+    sig_loaded = Signal(object, object)
+    sig_failed = Signal(str)
+
+    def __init__(self, target: str | None, draft: str | None, device: str = "auto", dtype: str = "auto",
+                 parent=None) -> None:
+        super().__init__(parent)
+        self.request = dict(target=target, draft=draft, device=device, dtype=dtype)
+
+    def run(self) -> None:
+        try:
+            self.sig_progress.emit("Loading models…", 0, 0)
+            models, decoder = self._load()
+            self.sig_progress.emit("Loaded", 1, 1)
+            self.sig_loaded.emit(models, decoder)
+        except Exception as error:  # noqa: BLE001 - shown in the dialog; previous models stay
+            self.sig_failed.emit(_load_error_message(error))
+        finally:
+            _forget_python_thread_record()
+
+    def _load(self):
+        from app.engine.decoder import SpeculativeDecoder
+        from app.engine.loading import load_models
+
+        models = _call_load(load_models, self.request, self._report)
+        return models, SpeculativeDecoder(models)
+
+    def _report(self, message: str, done: int = 0, total: int = 0) -> None:
+        self.sig_progress.emit(str(message), int(done), int(total))
+
+
+def _load_error_message(error: BaseException) -> str:
+    from app.engine.errors import EngineError
+
+    if isinstance(error, EngineError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,38 @@
+import os
+import threading
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    from tests.tiny_models import tiny_pair
+
+    return tiny_pair(tmp_path_factory.mktemp("llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory):
+    from tests.tiny_models import tiny_pair
+
+    return tiny_pair(tmp_path_factory.mktemp("qwen2"), "qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory):
+    from tests.tiny_models import tiny_pair
+
+    return tiny_pair(tmp_path_factory.mktemp("gpt2"), "gpt2")
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind():
+    """Fail any test that leaves a Python thread (QThread workers included) running."""
+    before = set(threading.enumerate())
+    yield
+    leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not leftover, f"threads left running: {leftover}"

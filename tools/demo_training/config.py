@@ -1,0 +1,103 @@
+"""Run configurations: the full demo build and the ``--quick`` smoke-test build.
+
+Every number that influences the trained weights lives here, so the cache
+fingerprint (see ``RunConfig.fingerprint``) changes whenever one of them does
+and stale checkpoints are never resumed into a different run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+DEFAULT_SEED = 1234
+END_OF_TEXT = "<|endoftext|>"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """Size of one LlamaForCausalLM."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSchedule:
+    """Optimisation settings of one training stage."""
+
+    steps: int
+    batch_size: int
+    peak_lr: float
+    warmup_steps: int
+    weight_decay: float = 0.1
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines the output of one build."""
+
+    name: str
+    seed: int
+    vocab_size: int
+    block_size: int
+    target: ModelShape
+    draft: ModelShape
+    target_schedule: StageSchedule
+    draft_schedule: StageSchedule
+    # Early-exit (LayerSkip-style) loss: total weight shared by exits 1..L-1,
+    # rising linearly with depth so deep exits (the useful drafters) get most.
+    early_exit_total_weight: float = 0.6
+    # Exit losses are computed on every n-th position only: the extra LM-head
+    # passes would otherwise almost halve training throughput on CPU.
+    early_exit_position_stride: int = 4
+    distill_temperature: float = 1.5
+    distill_kl_weight: float = 0.8
+    # Corpus slice (None = everything) and evaluation size.
+    max_train_code_files: int | None = None
+    max_train_prose_docs: int | None = None
+    prose_repeats: int = 2
+    eval_blocks_per_domain: int = 64
+    sample_new_tokens: int = 80
+
+    def fingerprint(self) -> str:
+        """Short hash of the configuration, used to key the checkpoint folder."""
+        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def full_config(seed: int = DEFAULT_SEED) -> RunConfig:
+    """The committed demo models: sized for ~45 minutes on 2 CPU cores."""
+    return RunConfig(
+        name="full",
+        seed=seed,
+        vocab_size=4096,
+        block_size=512,
+        target=ModelShape(hidden_size=256, num_layers=6, num_heads=4, intermediate_size=688),
+        draft=ModelShape(hidden_size=128, num_layers=2, num_heads=4, intermediate_size=344),
+        target_schedule=StageSchedule(steps=800, batch_size=4, peak_lr=2e-3, warmup_steps=40),
+        draft_schedule=StageSchedule(steps=900, batch_size=4, peak_lr=3e-3, warmup_steps=40),
+    )
+
+
+def quick_config(seed: int = DEFAULT_SEED) -> RunConfig:
+    """A tiny end-to-end run (about a minute) for the test suite."""
+    return RunConfig(
+        name="quick",
+        seed=seed,
+        vocab_size=512,
+        block_size=64,
+        target=ModelShape(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=128),
+        draft=ModelShape(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64),
+        target_schedule=StageSchedule(steps=30, batch_size=4, peak_lr=3e-3, warmup_steps=3),
+        draft_schedule=StageSchedule(steps=20, batch_size=4, peak_lr=3e-3, warmup_steps=2),
+        max_train_code_files=24,
+        max_train_prose_docs=4,
+        eval_blocks_per_domain=4,
+        sample_new_tokens=16,
+    )

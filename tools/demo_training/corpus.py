@@ -1,0 +1,120 @@
+"""The training corpus: the running interpreter's standard library, offline.
+
+Code comes from the stdlib ``*.py`` files; prose from ``pydoc_data.topics``
+(the Python language reference rendered as plain text). Both are under the
+PSF licence (see ``LICENSE.txt`` in the stdlib folder). The held-out split is
+chosen by a hash of each document's name, so it is the same on every run and
+independent of the training seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import sysconfig
+from pathlib import Path
+
+# Folders skipped: tests and IDLE are large and atypical; encodings is mostly
+# codec lookup tables; site-packages is not the stdlib; pydoc_data is the
+# prose source and would otherwise be read twice as "code".
+EXCLUDED_FOLDERS = frozenset(
+    {"test", "tests", "idlelib", "encodings", "site-packages", "pydoc_data", "__pycache__"}
+)
+EXCLUDED_PREFIXES = ("_sysconfigdata", "config-")
+CODE_HELDOUT_PERCENT = 5
+# Prose has only ~80 topics, so a larger share is held out to get enough text.
+PROSE_HELDOUT_PERCENT = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One unit of the corpus: a source file or a reference topic."""
+
+    name: str
+    domain: str  # "code" or "prose"
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSplit:
+    """Training documents and the two held-out evaluation sets."""
+
+    train: list[Document]
+    heldout_code: list[Document]
+    heldout_prose: list[Document]
+
+
+def stdlib_root() -> Path:
+    """Folder of the running interpreter's pure-Python standard library."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def python_version() -> str:
+    return ".".join(str(part) for part in sys.version_info[:3])
+
+
+def is_included_source(relative: Path) -> bool:
+    if any(part in EXCLUDED_FOLDERS for part in relative.parts[:-1]):
+        return False
+    return not any(part.startswith(EXCLUDED_PREFIXES) for part in relative.parts)
+
+
+def code_documents() -> list[Document]:
+    """All included stdlib sources, sorted by path for determinism."""
+    root = stdlib_root()
+    documents = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if not is_included_source(relative):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        documents.append(Document(relative.as_posix(), "code", text))
+    return documents
+
+
+def prose_documents() -> list[Document]:
+    """The language-reference topics shipped with pydoc, sorted by key."""
+    from pydoc_data.topics import topics
+
+    return [Document(f"pydoc:{key}", "prose", topics[key]) for key in sorted(topics)]
+
+
+def is_heldout(name: str, percent: int) -> bool:
+    """Stable hash split: the same names are held out on every machine."""
+    bucket = int(hashlib.sha1(name.encode()).hexdigest(), 16) % 100
+    return bucket < percent
+
+
+def split_documents(
+    max_code: int | None = None, max_prose: int | None = None
+) -> CorpusSplit:
+    """Split code and prose by name; optionally keep only the first few of each."""
+    code = code_documents()
+    prose = prose_documents()
+    train_code = [d for d in code if not is_heldout(d.name, CODE_HELDOUT_PERCENT)]
+    train_prose = [d for d in prose if not is_heldout(d.name, PROSE_HELDOUT_PERCENT)]
+    heldout_code = [d for d in code if is_heldout(d.name, CODE_HELDOUT_PERCENT)]
+    heldout_prose = [d for d in prose if is_heldout(d.name, PROSE_HELDOUT_PERCENT)]
+    return CorpusSplit(
+        train=train_code[:max_code] + train_prose[:max_prose],
+        heldout_code=heldout_code[: max_code and max(2, max_code // 8)],
+        heldout_prose=heldout_prose[: max_prose and max(1, max_prose // 2)],
+    )
+
+
+def corpus_summary(split: CorpusSplit) -> dict:
+    """Document and character counts, for the model card."""
+
+    def stats(documents: list[Document]) -> dict:
+        return {"documents": len(documents), "characters": sum(len(d.text) for d in documents)}
+
+    return {
+        "python_version": python_version(),
+        "train_code": stats([d for d in split.train if d.domain == "code"]),
+        "train_prose": stats([d for d in split.train if d.domain == "prose"]),
+        "heldout_code": stats(split.heldout_code),
+        "heldout_prose": stats(split.heldout_prose),
+        "heldout_code_names": [d.name for d in split.heldout_code],
+        "heldout_prose_names": [d.name for d in split.heldout_prose],
+    }
