@@ -131,8 +131,9 @@ class ModelLoadThread(QThread):
         models = _call_load(load_models, self.request, self._report)
         return models, SpeculativeDecoder(models)
 
-    def _report(self, message: str, done: int = 0, total: int = 0) -> None:
-        self.sig_progress.emit(str(message), int(done), int(total))
+    def _report(self, fraction: float, message: str) -> None:
+        """The engine's `progress(fraction, message)` callback, as a 0..1000 progress signal."""
+        self.sig_progress.emit(str(message), int(round(1000 * min(max(float(fraction), 0.0), 1.0))), 1000)
 
 
 def _load_error_message(error: BaseException) -> str:

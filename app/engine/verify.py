@@ -101,7 +101,7 @@ def acceptance_probs(draft_ids: Tensor, p: Tensor, q: Tensor | None) -> Tensor:
     if q is None:
         return p_x
     ratio = p_x / _at(q.float(), x)  # (K,) inf where q = 0 < p, nan where 0/0
-    return torch.where(p_x > 0, ratio.clamp(max=1.0), torch.zeros_like(p_x))
+    return torch.where(p_x > 0, ratio.clamp(max=1.0), 0.0)
 
 
 def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int) -> Tensor:

@@ -79,11 +79,15 @@ class ControlsPanel(QWidget):
         self.stop_button.setEnabled(running)
         self.pause_button.setEnabled(running)
         self.step_button.setEnabled(running)
-        if not running and self.pause_button.isChecked():
-            self.pause_button.blockSignals(True)
-            self.pause_button.setChecked(False)
-            self.pause_button.setText("Pause")
-            self.pause_button.blockSignals(False)
+        if not running:
+            self.show_paused(False)
+
+    def show_paused(self, paused: bool) -> None:
+        """Reflect the pause state without requesting anything."""
+        self.pause_button.blockSignals(True)
+        self.pause_button.setChecked(paused)
+        self.pause_button.setText("Resume" if paused else "Pause")
+        self.pause_button.blockSignals(False)
 
     @property
     def prompt_text(self) -> str:

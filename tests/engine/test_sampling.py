@@ -11,7 +11,7 @@ from scipy.stats import chisquare
 from app.engine.sampling import TokenSampler, greedy_probs, warp_probs
 from app.engine.settings import SamplingSettings
 
-FAST = settings(max_examples=80, deadline=None)
+FAST = settings(max_examples=50, deadline=None)
 
 
 def logits_from(seed: int, shape: tuple[int, ...], scale: float = 2.0) -> torch.Tensor:

@@ -1,0 +1,439 @@
+"""The playground window: assembles the widgets, owns the worker threads, persists settings.
+
+Data flows one way: widgets -> LiveSettings / GenerationControl -> engine (in a
+GenerationThread) -> events -> Session -> widgets on the session's refresh
+tick. The window is the only owner of threads, so closing it is the one
+place that stops and joins them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QEventLoop, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QVBoxLayout, QWidget,
+)
+
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError, settings_from_dict
+from app.session import Session
+from app.widgets.charts import RunCharts
+from app.widgets.controls import ControlsPanel
+from app.widgets.drafter_panel import DrafterPanel
+from app.widgets.legend import TokenLegend
+from app.widgets.model_dialog import ModelDialog
+from app.widgets.status import RunStatusBar
+from app.widgets.token_view import TokenView
+from app.worker import GenerationThread, ModelLoadThread
+
+log = logging.getLogger(__name__)
+ORGANIZATION = "SpeculativeDecodingPlayground"
+APPLICATION = "Playground"
+DEFAULT_REQUEST = dict(target=None, draft=None, device="auto", dtype="auto")
+EXPORTS = {
+    "jsonl": ("Export events (JSON lines)", "JSON lines (*.jsonl)"),
+    "csv": ("Export per-pass statistics (CSV)", "CSV (*.csv)"),
+    "text": ("Export text", "Text (*.txt)"),
+    "png": ("Export charts (PNG)", "PNG image (*.png)"),
+}
+
+
+class MainWindow(QMainWindow):
+    sig_models_changed = Signal(object)  # LoadedModels
+    sig_run_finished = Signal()  # the generation thread has ended and was joined
+
+    def __init__(self, settings: QSettings | None = None, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Speculative Decoding Playground")
+        self.store = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
+        self.models = None
+        self.decoder = None
+        self.model_request = dict(DEFAULT_REQUEST)
+        self.live = LiveSettings()
+        self.session = Session(self)
+        self._generation: GenerationThread | None = None
+        self._loader: ModelLoadThread | None = None
+        self._wanted_settings: DecodeSettings | None = None
+        self._dialog: ModelDialog | None = None
+        self._build_widgets()
+        self._build_docks()
+        self._build_menus()
+        self._connect()
+        self._default_layout()
+        self._restore()
+
+    # --- construction --------------------------------------------------------------------
+    def _build_widgets(self) -> None:
+        self.controls = ControlsPanel()
+        self.token_view = TokenView()
+        self.token_view.set_session(self.session)
+        self.legend = TokenLegend()
+        self.drafters = DrafterPanel()
+        self.charts = RunCharts()
+        self.charts.set_session(self.session)
+        self.banner = QLabel()
+        self.banner.setObjectName("runMessage")
+        self.banner.setWordWrap(True)
+        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner.hide()
+        self.status = RunStatusBar()
+        self.setStatusBar(self.status)
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.addWidget(self.legend)
+        column.addWidget(self.banner)
+        column.addWidget(self.token_view, 1)
+        self.setCentralWidget(central)
+
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)  # saveState/restoreState key
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_docks(self) -> None:
+        self.controls_dock = self._dock("Prompt", "promptDock", self.controls, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters,
+                                        Qt.DockWidgetArea.RightDockWidgetArea)
+        self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.load_action = file_menu.addAction("Load &models…", self.open_model_dialog)
+        self.load_action.setShortcut(QKeySequence("Ctrl+L"))
+        file_menu.addSeparator()
+        for kind, (title, _) in EXPORTS.items():
+            file_menu.addAction(title + "…", lambda kind=kind: self._export_with_dialog(kind))
+        file_menu.addSeparator()
+        file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
+        view_menu = self.menuBar().addMenu("&View")
+        for dock in (self.controls_dock, self.drafters_dock, self.charts_dock):
+            view_menu.addAction(dock.toggleViewAction())
+        self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
+        self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
+        view_menu.addAction(self.hide_rejected_action)
+
+    def _connect(self) -> None:
+        self.controls.sig_generate.connect(self.start_generation)
+        self.controls.sig_stop.connect(self.stop_generation)
+        self.controls.sig_pause.connect(self.set_paused)
+        self.controls.sig_step.connect(self.step)
+        self.controls.sig_changed.connect(self.push_settings)
+        self.drafters.sig_changed.connect(self.push_settings)
+        self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
+        self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
+        self.session.sig_refresh.connect(self._show_progress)
+        self.session.sig_ended.connect(self._on_ended)
+        self.session.sig_notice.connect(self._on_notice)
+
+    # --- models ------------------------------------------------------------------------------
+    def set_models(self, models, decoder, request: dict | None = None) -> None:
+        """Use these models from now on (called after a successful load)."""
+        self.models, self.decoder = models, decoder
+        if request is not None:
+            self.model_request = dict(request)
+        wanted = self._wanted_settings or self.live.get()
+        self.drafters.set_available(tuple(models.available_drafters), int(models.num_layers),
+                                    int(models.default_exit_layer))
+        self.drafters.apply(wanted)
+        self._wanted_settings = None
+        self.status.show_models(models)
+        self.status.showMessage("Models loaded", 4000)
+        self.push_settings()
+        self.sig_models_changed.emit(models)
+
+    def load_models_async(self, request: dict) -> ModelLoadThread | None:
+        """Load in a thread; on failure the current models stay. None if a load is already running."""
+        if self._loader is not None:
+            return None
+        self._loader = ModelLoadThread(**request)
+        self._loader.sig_loaded.connect(lambda models, decoder: self.set_models(models, decoder, request))
+        self._loader.sig_failed.connect(self._on_load_failed)
+        self._loader.sig_progress.connect(lambda message, *_: self.status.showMessage(message))
+        self._loader.finished.connect(self._reap_loader)
+        self._loader.start()
+        return self._loader
+
+    def _reap_loader(self) -> None:
+        if self._loader is not None:
+            self._loader.wait()
+            self._loader.deleteLater()
+            self._loader = None
+
+    def _on_load_failed(self, message: str) -> None:
+        kept = f" Still using {self.models.target_name}." if self.models is not None else ""
+        self.show_message(f"Could not load the models: {message}{kept}", error=True)
+
+    def open_model_dialog(self) -> ModelDialog:
+        if self._dialog is not None:
+            self._dialog.deleteLater()  # child of the window; one dialog at a time
+        dialog = ModelDialog(self, current=self.model_request)
+        self._dialog = dialog
+        dialog.sig_load_requested.connect(lambda request: self._load_from_dialog(dialog, request))
+        dialog.show()
+        return dialog
+
+    def _load_from_dialog(self, dialog: ModelDialog, request: dict) -> None:
+        if self.is_generating:
+            dialog.show_error("Stop the running generation before loading other models.")
+            return
+        thread = self.load_models_async(request)
+        if thread is None:
+            dialog.show_error("A load is already running; wait for it to finish.")
+            return
+        dialog.watch(thread)
+
+    # --- generation ----------------------------------------------------------------------------
+    @property
+    def is_generating(self) -> bool:
+        return self._generation is not None
+
+    def start_generation(self, paused: bool = False) -> bool:
+        """Start a run with the current prompt and settings; False (with a message) if it cannot."""
+        if self.is_generating:
+            return False
+        if self.decoder is None:
+            self.show_message("No models are loaded yet: use File → Load models…", error=True)
+            return False
+        if not self.controls.prompt_text.strip():
+            self.show_message("Type a prompt first.", error=True)
+            return False
+        self.drafters.flush()
+        settings = self.push_settings()
+        if settings is None:
+            return False
+        self.hide_message()
+        control = GenerationControl()
+        if paused:
+            control.pause()
+        self.session.begin()
+        self.token_view.clear_view()
+        thread = GenerationThread(self.decoder, self.controls.prompt_text, self.live, control,
+                                  chat_template=self.controls.chat_template.isChecked())
+        thread.sig_event.connect(self.session.on_event)
+        thread.sig_finished.connect(self._on_generation_finished)
+        self._generation = thread
+        self.controls.set_running(True)
+        self.controls.show_paused(paused)
+        self.load_action.setEnabled(False)
+        thread.start()
+        return True
+
+    def stop_generation(self) -> None:
+        if self._generation is not None:
+            self._generation.control.stop()
+
+    def set_paused(self, paused: bool) -> None:
+        if self._generation is not None:
+            (self._generation.control.pause if paused else self._generation.control.resume)()
+
+    def step(self) -> None:
+        if self._generation is not None:
+            self._generation.control.step()
+            self.controls.show_paused(True)  # a step leaves the run paused
+
+    def _on_generation_finished(self) -> None:
+        thread, self._generation = self._generation, None
+        if thread is None:
+            return
+        thread.wait()  # run() has emitted its last signal; make sure it has returned
+        thread.deleteLater()
+        self.controls.set_running(False)
+        self.load_action.setEnabled(True)
+        self._show_progress()
+        self.sig_run_finished.emit()
+
+    def _on_ended(self, event) -> None:
+        if event.reason == "error":
+            kind = f"{event.error_type}: " if event.error_type else ""
+            self.show_message(f"The generation failed — {kind}{event.error}. The text so far is kept.", error=True)
+        else:
+            self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes", 8000)
+
+    def _on_notice(self, notice) -> None:
+        self.show_message(notice.message, error=notice.level != "info")
+
+    def _show_progress(self) -> None:
+        session = self.session
+        self.status.show_run(session.tokens_per_s, session.alpha, len(session.passes), session.token_count)
+
+    # --- settings --------------------------------------------------------------------------------
+    def current_settings(self) -> DecodeSettings:
+        """The settings the widgets describe; raises SettingsError."""
+        base = self.drafters.settings_from(self.live.get())
+        return base.with_changes(max_new_tokens=self.controls.max_tokens.value(), seed=self.controls.seed.value())
+
+    def push_settings(self) -> DecodeSettings | None:
+        """Write the widgets' settings into the live holder; an invalid value is shown inline, not raised."""
+        try:
+            settings = self.current_settings()
+        except SettingsError as error:
+            self.drafters.show_error(str(error))
+            return None
+        self.drafters.show_error(None)
+        self.live.set(settings)
+        return settings
+
+    # --- messages ------------------------------------------------------------------------------------
+    def show_message(self, text: str, error: bool = False) -> None:
+        self.banner.setStyleSheet("color: #c0392b; font-weight: bold;" if error else "")
+        self.banner.setText(text)
+        self.banner.show()
+        self.status.showMessage(text, 10000)
+        (log.warning if error else log.info)(text)
+
+    def hide_message(self) -> None:
+        self.banner.hide()
+
+    # --- export ----------------------------------------------------------------------------------------
+    def export_run(self, kind: str, path: str) -> None:
+        exporters = {"jsonl": self.session.export_jsonl, "csv": self.session.export_csv,
+                     "text": self.session.export_text, "png": self.charts.export_png}
+        exporters[kind](path)
+
+    def _export_with_dialog(self, kind: str) -> None:
+        title, pattern = EXPORTS[kind]
+        path, _ = QFileDialog.getSaveFileName(self, title, "", pattern)
+        if path:
+            try:
+                self.export_run(kind, path)
+            except OSError as error:
+                self.show_message(f"Could not write {path}: {error}", error=True)
+
+    # --- persistence -------------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        if self.store.status() != QSettings.Status.NoError:
+            self._warn_store("the settings file could not be read")
+            return
+        for restore in (self._restore_layout, self._restore_models, self._restore_decode, self._restore_controls):
+            try:
+                restore()
+            except (TypeError, ValueError, KeyError, SettingsError, json.JSONDecodeError) as error:
+                self._warn_store(f"{restore.__name__.removeprefix('_restore_')}: {error}")
+
+    def _warn_store(self, why: str) -> None:
+        message = f"Saved settings ignored ({why}); defaults are used."
+        log.warning(message)
+        self.status.showMessage(message, 10000)
+
+    def _restore_layout(self) -> None:
+        geometry, state = self.store.value("window/geometry"), self.store.value("window/state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
+    def _default_layout(self) -> None:
+        self.resize(1500, 950)
+        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
+        self.resizeDocks([self.controls_dock, self.drafters_dock], [330, 380], horizontal)
+        self.resizeDocks([self.charts_dock], [380], vertical)
+
+    def _restore_models(self) -> None:
+        raw = self.store.value("models/request")
+        if raw:
+            request = json.loads(str(raw))
+            if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST):
+                raise ValueError("unexpected model request")
+            self.model_request = {**DEFAULT_REQUEST, **request}
+
+    def _restore_decode(self) -> None:
+        raw = self.store.value("decode/settings")
+        if raw:
+            settings = settings_from_dict(json.loads(str(raw)))
+            self.live.set(settings)
+            self._wanted_settings = settings
+            self.drafters.apply(settings)
+            self.controls.max_tokens.setValue(settings.max_new_tokens)
+            self.controls.seed.setValue(settings.seed)
+
+    def _restore_controls(self) -> None:
+        self.controls.prompt.setPlainText(str(self.store.value("controls/prompt", "") or ""))
+        self.controls.chat_template.setChecked(_as_bool(self.store.value("controls/chat_template", False)))
+        self.legend.hide_rejected.setChecked(_as_bool(self.store.value("view/hide_rejected", False)))
+
+    def save_settings(self) -> None:
+        self.store.setValue("window/geometry", self.saveGeometry())
+        self.store.setValue("window/state", self.saveState())
+        self.store.setValue("models/request", json.dumps(self.model_request))
+        self.store.setValue("decode/settings", json.dumps(self.live.get().to_dict()))
+        self.store.setValue("controls/prompt", self.controls.prompt_text)
+        self.store.setValue("controls/chat_template", self.controls.chat_template.isChecked())
+        self.store.setValue("view/hide_rejected", self.legend.hide_rejected.isChecked())
+        self.store.sync()
+
+    # --- shutdown --------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the engine and join every thread; safe to call twice."""
+        if self._generation is not None:
+            self._generation.stop_and_join()
+            self._on_generation_finished()
+        if self._loader is not None:
+            self._loader.wait()  # loading cannot be interrupted; its result is discarded
+            self._reap_loader()
+
+    def closeEvent(self, event) -> None:
+        self.shutdown()
+        self.save_settings()
+        super().closeEvent(event)
+
+
+def _as_bool(value) -> bool:
+    return value is True or str(value).lower() in ("true", "1", "yes")
+
+
+# --- entry points wired into the CLI -------------------------------------------------------------------
+def _application(argv: list[str] | None = None) -> QApplication:
+    app = QApplication.instance() or QApplication(list(argv or [""]))
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    return app
+
+
+def run_gui(argv: list[str] | None = None) -> int:
+    """Open the window with the last used models (or the bundled demo family) loading in the background."""
+    app = _application(argv)
+    window = MainWindow()
+    window.show()
+    window.load_models_async(window.model_request)
+    return app.exec()
+
+
+def render_screenshot(path: str, prompt: str = "def fibonacci(n):", target: str | None = None,
+                      draft: str | None = None, max_new_tokens: int = 60) -> None:
+    """Offscreen: load, run one short real generation, wait for its end, save the window as PNG."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+
+    app = _application()
+    with tempfile.TemporaryDirectory() as scratch:
+        store = QSettings(str(Path(scratch) / "screenshot.ini"), QSettings.Format.IniFormat)  # never the user's
+        window = MainWindow(settings=store)
+        window.resize(1500, 950)
+        window.show()
+        models = load_models(target=target, draft=draft)
+        window.set_models(models, SpeculativeDecoder(models), dict(DEFAULT_REQUEST, target=target, draft=draft))
+        window.controls.prompt.setPlainText(prompt)
+        window.controls.max_tokens.setValue(max_new_tokens)
+        _run_to_end(app, window)
+        window.grab().save(str(path))
+        window.shutdown()
+        window.close()
+        window.deleteLater()
+
+
+def _run_to_end(app: QApplication, window: MainWindow) -> None:
+    loop = QEventLoop()
+    window.sig_run_finished.connect(loop.quit)
+    if window.start_generation():
+        loop.exec()
+    QTimer.singleShot(50, loop.quit)  # let the last refresh tick and layout settle before grabbing
+    loop.exec()
+    app.processEvents()

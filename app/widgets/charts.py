@@ -1,0 +1,153 @@
+"""Live charts of a run (pyqtgraph): one `setData` per curve per refresh tick, from NumPy slices.
+
+Plots: acceptance alpha per pass (rolling and cumulative, one colour per
+drafter); tokens per pass as bars with the theory line
+E(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha); the ASD regret ledger (spent
+against B, exceptions marked); tokens/s; measured speedup against the
+predicted E / (K c + 1) with the measured c.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph import exporters
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+DRAFTER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
+OVERALL_COLOUR = "#777777"
+
+
+class RunCharts(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._session = None
+        self._from_row = 0  # rows before this were cleared from view
+        self.layout_widget = pg.GraphicsLayoutWidget()
+        self.layout_widget.setBackground(None)
+        self._build_plots()
+        self.clear_button = QPushButton("Clear charts")
+        self.clear_button.clicked.connect(self.clear)
+        bar = QHBoxLayout()
+        bar.addStretch(1)
+        bar.addWidget(self.clear_button)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.layout_widget, 1)
+        column.addLayout(bar)
+
+    # --- construction -------------------------------------------------------------
+    def _plot(self, row: int, col: int, title: str, y_label: str) -> pg.PlotItem:
+        plot = self.layout_widget.addPlot(row=row, col=col, title=title)
+        plot.setLabel("bottom", "pass")
+        plot.setLabel("left", y_label)
+        plot.showGrid(x=True, y=True, alpha=0.2)
+        return plot
+
+    def _build_plots(self) -> None:
+        self.alpha_plot = self._plot(0, 0, "Acceptance α per pass", "α")
+        self.alpha_plot.setYRange(0, 1)
+        self.alpha_plot.addLegend(offset=(5, 5))
+        self.overall_alpha = self.alpha_plot.plot(pen=pg.mkPen(OVERALL_COLOUR, width=2), name="all, cumulative")
+        self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
+
+        self.tokens_plot = self._plot(0, 1, "Tokens per pass vs E(α, K)", "tokens")
+        self.tokens_bars = self.tokens_plot.plot(stepMode="center", fillLevel=0, pen=pg.mkPen("#0072B2"),
+                                                 brush=pg.mkBrush(0, 114, 178, 90))
+        self.tokens_theory = self.tokens_plot.plot(pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
+
+        self.ledger_plot = self._plot(0, 2, "ASD regret ledger", "regret")
+        self.ledger_spent = self.ledger_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
+        self.ledger_budget = self.ledger_plot.plot(pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DashLine))
+        self.ledger_marks = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen("#D55E00"), brush=None)
+        self.ledger_plot.addItem(self.ledger_marks)
+
+        self.speed_plot = self._plot(1, 0, "Throughput", "tokens/s")
+        self.tokens_per_s = self.speed_plot.plot(pen=pg.mkPen("#009E73", width=2))
+
+        self.speedup_plot = self._plot(1, 1, "Speedup: measured vs predicted E/(Kc+1)", "×")
+        self.speedup_plot.addLegend(offset=(5, 5))
+        self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
+        self.speedup_measured = self.speedup_plot.plot(pen=pg.mkPen("#0072B2", width=2), name="measured")
+        self.speedup_predicted = self.speedup_plot.plot(
+            pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="predicted")
+
+    # --- binding ------------------------------------------------------------------
+    def set_session(self, session) -> None:
+        self._session = session
+        session.sig_refresh.connect(self.refresh)
+        session.sig_started.connect(lambda _event: self.reset())
+
+    def reset(self) -> None:
+        """A new run: show it from its first pass."""
+        self._from_row = 0
+        for rolling, cumulative in self.drafter_curves.values():
+            rolling.setData([], [])
+            cumulative.setData([], [])
+        self.refresh()
+
+    def clear(self) -> None:
+        """Hide the passes so far; later passes keep appearing. The session keeps all data for export."""
+        self._from_row = self._session.series.size if self._session else 0
+        self.refresh()
+
+    # --- drawing --------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self._session is None:
+            return
+        series = self._session.series
+        rows = slice(self._from_row, series.size)
+        x = series["pass"][rows]
+        self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
+        self._draw_drafters(x[0] if len(x) else np.inf)
+        self._draw_tokens(x, series["committed"][rows], series["expected_tokens"][rows])
+        self._draw_ledger(x, series["ledger_spent"][rows], series["budget"][rows], series["exceptions"][rows])
+        self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
+        self.speedup_measured.setData(x, series["speedup_measured"][rows], connect="finite")
+        self.speedup_predicted.setData(x, series["speedup_predicted"][rows], connect="finite")
+
+    def _draw_drafters(self, first_pass: float) -> None:
+        for name, drafter in self._session.by_drafter.items():
+            rolling, cumulative = self._curves_for(name)
+            passes = drafter.columns["pass"]
+            shown = slice(int(np.searchsorted(passes, first_pass)), None)
+            rolling.setData(passes[shown], drafter.columns["alpha_roll"][shown], connect="finite")
+            cumulative.setData(passes[shown], drafter.columns["alpha_cum"][shown], connect="finite")
+
+    def _curves_for(self, name: str) -> tuple[pg.PlotDataItem, pg.PlotDataItem]:
+        if name not in self.drafter_curves:
+            colour = DRAFTER_COLOURS[len(self.drafter_curves) % len(DRAFTER_COLOURS)]
+            rolling = self.alpha_plot.plot(pen=pg.mkPen(colour, width=2), name=f"{name}, rolling")
+            cumulative = self.alpha_plot.plot(pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine),
+                                              name=f"{name}, cumulative")
+            self.drafter_curves[name] = (rolling, cumulative)
+        return self.drafter_curves[name]
+
+    def _draw_tokens(self, x: np.ndarray, committed: np.ndarray, expected: np.ndarray) -> None:
+        edges = np.append(x - 0.5, x[-1] + 0.5) if len(x) else np.array([])
+        self.tokens_bars.setData(edges, committed)
+        self.tokens_theory.setData(x, expected, connect="finite")
+
+    def _draw_ledger(self, x, spent, budget, exceptions) -> None:
+        self.ledger_spent.setData(x, spent)
+        self.ledger_budget.setData(x, budget)
+        new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else []
+        self.ledger_marks.setData(x[new_exception], spent[new_exception])
+
+    # --- export -----------------------------------------------------------------------
+    def export_png(self, path: str) -> None:
+        exporter = exporters.ImageExporter(self.layout_widget.scene())
+        exporter.parameters()["width"] = max(800, int(self.layout_widget.width()))
+        exporter.export(str(path))
+
+    def point_counts(self) -> dict[str, int]:
+        """Points drawn per curve (for tests and diagnostics)."""
+        curves = {"alpha": self.overall_alpha, "tokens_theory": self.tokens_theory, "ledger": self.ledger_spent,
+                  "tokens_per_s": self.tokens_per_s, "speedup_measured": self.speedup_measured,
+                  "speedup_predicted": self.speedup_predicted}
+        counts = {name: len(curve.getData()[0] if curve.getData()[0] is not None else []) for name, curve in curves.items()}
+        bars_y = self.tokens_bars.getData()[1]
+        counts["tokens_bars"] = 0 if bars_y is None else len(bars_y)
+        return counts

@@ -1,0 +1,48 @@
+"""Legend of the token outcomes, drawn with the very formats the token view uses."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QTextCursor, QTextCharFormat
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPlainTextEdit, QWidget
+
+from app.widgets import token_style as ts
+
+SHOWN = (ts.ACCEPTED, ts.REJECTED, ts.RESAMPLED, ts.BONUS, ts.ASD_EXCEPTION, ts.TARGET)
+
+
+class TokenLegend(QWidget):
+    sig_hide_rejected = Signal(bool)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.sample = QPlainTextEdit()
+        self.sample.setReadOnly(True)
+        self.sample.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.sample.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sample.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sample.setFrameShape(QPlainTextEdit.Shape.NoFrame)
+        self.sample.viewport().setAutoFillBackground(False)
+        self.sample.setFixedHeight(2 * self.sample.fontMetrics().lineSpacing() + 12)  # room to wrap once
+        self.sample.setToolTip("<br>".join(f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN))
+        self.hide_rejected = QCheckBox("Hide rejected")
+        self.hide_rejected.setToolTip("Hide the struck-through ghost text of rejected drafts")
+        self.hide_rejected.toggled.connect(self.sig_hide_rejected)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.sample, 1)
+        row.addWidget(self.hide_rejected)
+        self._render()
+
+    def _render(self) -> None:
+        formats = ts.make_formats(ts.is_dark(self.palette()))
+        self.sample.clear()
+        cursor = QTextCursor(self.sample.document())
+        for name in SHOWN:
+            cursor.insertText(ts.LABELS[name], formats[name])
+            cursor.insertText("\u2003", QTextCharFormat())  # em space between entries
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == event.Type.PaletteChange:
+            self._render()

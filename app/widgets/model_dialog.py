@@ -1,0 +1,179 @@
+"""Choose a target and a drafter (preset, hub id or local folder), a device and a dtype.
+
+The dialog does not load anything itself: it emits `sig_load_requested` and
+the window starts a `ModelLoadThread`, which the dialog then watches for
+progress and errors. A failed load leaves the dialog open with the message,
+and the window keeps the models it had.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+    QPushButton, QVBoxLayout, QWidget,
+)
+
+CUSTOM = "custom"
+PRESETS = (
+    # label, target, drafter (None target = the bundled demo family)
+    ("Bundled demo family (offline)", None, None),
+    ("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (hub)",
+     "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    ("Qwen2.5-3B-Instruct ← Qwen2.5-0.5B-Instruct (hub)", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ("Custom: hub id or local folder", CUSTOM, CUSTOM),
+)
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ModelDialog(QDialog):
+    sig_load_requested = Signal(dict)  # target, draft, device, dtype
+
+    def __init__(self, parent=None, current: dict | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.setMinimumWidth(560)
+        self._thread = None
+        self._build()
+        self.set_request(current or {})
+
+    # --- construction ----------------------------------------------------------------
+    def _build(self) -> None:
+        self.preset = QComboBox()
+        for label, target, draft in PRESETS:
+            self.preset.addItem(label, (target, draft))
+        self.preset.currentIndexChanged.connect(self._preset_chosen)
+        self.target = QLineEdit()
+        self.target.setPlaceholderText("hub id (org/name) or local folder")
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText("optional: drafter hub id or folder (same tokenizer)")
+        self.device = _combo(DEVICES)
+        self.dtype = _combo(DTYPES)
+        form = QFormLayout()
+        form.addRow("Preset", self.preset)
+        form.addRow("Target", _with_browse(self.target, self._browse_into))
+        form.addRow("Drafter", _with_browse(self.draft, self._browse_into))
+        form.addRow("Device", self.device)
+        form.addRow("Dtype", self.dtype)
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.message = QLabel()
+        self.message.setObjectName("loadMessage")
+        self.message.setWordWrap(True)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.load_button = self.buttons.addButton("Load", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.accepted.connect(self._request_load)
+        self.buttons.rejected.connect(self.reject)
+        column = QVBoxLayout(self)
+        column.addLayout(form)
+        column.addWidget(self.progress)
+        column.addWidget(self.message)
+        column.addWidget(self.buttons)
+
+    def _browse_into(self, edit: QLineEdit) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Model folder", edit.text())
+        if folder:
+            edit.setText(folder)
+            self.preset.setCurrentIndex(len(PRESETS) - 1)
+
+    # --- state ---------------------------------------------------------------------------
+    def _preset_chosen(self, index: int) -> None:
+        target, draft = self.preset.itemData(index)
+        custom = target == CUSTOM
+        if not custom:
+            self.target.setText(target or "")
+            self.draft.setText(draft or "")
+            self.target.setPlaceholderText("bundled demo family" if target is None else "")
+        self.target.setReadOnly(not custom)
+        self.draft.setReadOnly(not custom)
+
+    def set_request(self, request: dict) -> None:
+        target, draft = request.get("target"), request.get("draft")
+        index = next((i for i, (_, t, d) in enumerate(PRESETS) if (t, d) == (target, draft)), len(PRESETS) - 1)
+        self.preset.setCurrentIndex(index)
+        self._preset_chosen(index)
+        self.target.setText(target or "")
+        self.draft.setText(draft or "")
+        self.device.setCurrentText(request.get("device", "auto"))
+        self.dtype.setCurrentText(request.get("dtype", "auto"))
+
+    def request(self) -> dict:
+        target, _ = self.preset.currentData()
+        return dict(
+            target=None if target is None else (self.target.text().strip() or None),
+            draft=None if target is None else (self.draft.text().strip() or None),
+            device=self.device.currentText(), dtype=self.dtype.currentText(),
+        )
+
+    # --- loading ---------------------------------------------------------------------------
+    def _request_load(self) -> None:
+        request = self.request()
+        if self.preset.currentData()[0] == CUSTOM and not request["target"]:
+            self.show_error("Enter a target: a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or a local folder.")
+            return
+        self.sig_load_requested.emit(request)
+
+    def watch(self, thread) -> None:
+        """Show the progress and outcome of the window's load thread."""
+        self._thread = thread
+        self._set_busy(True)
+        self.message.setText("Loading…")
+        thread.sig_progress.connect(self._on_progress)
+        thread.sig_failed.connect(self._on_failed)
+        thread.sig_loaded.connect(self._on_loaded)
+        thread.finished.connect(self._forget_thread)
+
+    def _forget_thread(self) -> None:
+        self._thread = None  # the window deletes the thread object once it has ended
+
+    def _on_progress(self, message: str, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 0))
+        self.progress.setValue(done)
+        self.message.setText(message)
+
+    def _on_failed(self, message: str) -> None:
+        self._set_busy(False)
+        self.show_error(message)
+
+    def _on_loaded(self, *_args) -> None:
+        self._set_busy(False)
+        self.message.setText("Loaded.")
+        self.accept()
+
+    def show_error(self, message: str) -> None:
+        self.message.setStyleSheet("color: #c0392b;")
+        self.message.setText(message)
+
+    def _set_busy(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        if busy:
+            self.message.setStyleSheet("")
+        for widget in (self.preset, self.target, self.draft, self.device, self.dtype, self.buttons):
+            widget.setEnabled(not busy)
+
+    @property
+    def loading(self) -> bool:
+        return self._thread is not None and self._thread.isRunning()
+
+    def reject(self) -> None:
+        if not self.loading:  # a running load cannot be interrupted; the window joins it on exit
+            super().reject()
+
+
+def _combo(values) -> QComboBox:
+    combo = QComboBox()
+    combo.setEditable(True)
+    combo.addItems(values)
+    return combo
+
+
+def _with_browse(edit: QLineEdit, browse) -> QWidget:
+    holder = QWidget()
+    row = QHBoxLayout(holder)
+    row.setContentsMargins(0, 0, 0, 0)
+    button = QPushButton("Folder…")
+    button.clicked.connect(lambda: browse(edit))
+    row.addWidget(edit, 1)
+    row.addWidget(button)
+    return holder

@@ -1,0 +1,37 @@
+"""Status bar: what is loaded (device, dtype, models) and how the run goes (tokens/s, alpha, passes)."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+
+class RunStatusBar(QStatusBar):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.models_label = QLabel("no models")
+        self.device_label = QLabel("")
+        self.speed_label = QLabel("")
+        self.speed_label.setObjectName("tokensPerSecond")
+        self.alpha_label = QLabel("")
+        self.passes_label = QLabel("")
+        for label in (self.models_label, self.device_label, self.speed_label, self.alpha_label, self.passes_label):
+            self.addPermanentWidget(label)
+
+    def show_models(self, models) -> None:
+        if models is None:
+            self.models_label.setText("no models")
+            self.device_label.setText("")
+            return
+        draft = f" ← {models.draft_name}" if getattr(models, "draft_name", None) else ""
+        self.models_label.setText(f"{models.target_name}{draft}")
+        self.device_label.setText(f"{_short(models.device)} · {_short(models.dtype)}")
+
+    def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int) -> None:
+        self.speed_label.setText("" if tokens_per_s is None else f"{tokens_per_s:.1f} tokens/s")
+        self.alpha_label.setText("α —" if alpha is None else f"α {alpha:.2f}")
+        self.passes_label.setText(f"{passes} passes · {tokens} tokens")
+
+
+def _short(value) -> str:
+    """'torch.float32' -> 'float32'; devices print as they are."""
+    return str(value).removeprefix("torch.")

@@ -1,0 +1,159 @@
+"""The pass loop: greedy identity, live changes, control, events."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.decoder import SpeculativeDecoder
+from app.engine.events import ACCEPTED, BONUS, EndEvent, PassEvent, StartEvent, TARGET
+from app.engine.loading import load_models
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from tests.engine.helpers import PROMPTS, run
+
+DRAFTER_SETS = [("draft-model",), ("prompt-lookup",), ("ngram-cache",), ("layer-skip",),
+                ("prompt-lookup", "draft-model"), ("ngram-cache", "layer-skip")]
+
+
+@pytest.fixture(scope="module", params=["tiny_llama", "tiny_qwen2", "tiny_gpt2"])
+def decoder(request):
+    target, draft = request.getfixturevalue(request.param)
+    return SpeculativeDecoder(load_models(str(target), str(draft)))
+
+
+def hf_greedy(models, prompt: str, n: int) -> list[int]:
+    ids = models.tokenizer(prompt, return_tensors="pt").input_ids
+    out = models.target.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
+                                 min_new_tokens=n)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_plain_decoding_equals_hf_greedy(decoder):
+    for prompt in PROMPTS[:2]:
+        passes, end = run(decoder, prompt, drafters=(), max_new_tokens=48)
+        assert list(end.token_ids) == hf_greedy(decoder.models, prompt, len(end.token_ids))
+        assert all(p.appended.kind == TARGET and not p.drafted for p in passes)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_greedy_speculative_equals_autoregressive(decoder, k):
+    for prompt in PROMPTS:
+        _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
+        for drafters in DRAFTER_SETS:
+            passes, spec = run(decoder, prompt, drafters=drafters, k=k, max_new_tokens=64)
+            assert spec.token_ids == plain.token_ids, (drafters, k)
+            assert sum(len(p.committed_ids) for p in passes) == len(spec.token_ids)
+            assert all(1 <= len(p.committed_ids) <= k + 1 for p in passes[:-1])
+
+
+def test_committed_texts_concatenate_to_the_text(decoder):
+    passes, end = run(decoder, PROMPTS[0], drafters=("prompt-lookup",), max_new_tokens=40)
+    pieces = []
+    for p in passes:
+        pieces += [t.text for t in p.drafted if t.outcome == ACCEPTED]
+        pieces += [p.appended.text] if p.appended else []
+    assert "".join(pieces) == decoder.models.tokenizer.decode(list(end.token_ids))
+
+
+def test_live_changes_apply_at_the_next_pass_and_keep_greedy_identity(decoder):
+    prompt = PROMPTS[0]
+    _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
+    schedule = {3: dict(drafters=("layer-skip",), k=2), 6: dict(drafters=(), k=1),
+                9: dict(drafters=("prompt-lookup", "draft-model"), k=5), 12: dict(verify="asd"),
+                13: dict(verify="greedy", drafters=("ngram-cache",), k=3, adaptive_k=True)}
+    live = LiveSettings(DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=64))
+    seen = []
+    asd_pass = None
+    for event in decoder.generate(prompt, live):
+        if isinstance(event, PassEvent):
+            seen.append(event)
+            if event.verify == "asd":
+                asd_pass = event.index
+            if event.index in schedule:
+                live.update(**schedule[event.index])
+    end = event
+    assert isinstance(end, EndEvent) and end.reason == "max_tokens"
+    assert seen[4].drafter in ("layer-skip", None) and seen[4].k <= 2
+    assert seen[7].drafter is None and seen[7].k == 0
+    assert seen[10].drafter in ("prompt-lookup", "draft-model")
+    assert asd_pass == 13
+    if all(p.ledger.exceptions == 0 for p in seen):
+        assert end.token_ids == plain.token_ids
+
+
+def test_identical_drafter_has_every_draft_accepted(tiny_llama):
+    target, _ = tiny_llama
+    decoder = SpeculativeDecoder(load_models(str(target), str(target)))
+    passes, end = run(decoder, PROMPTS[1], drafters=("draft-model",), k=4, max_new_tokens=40)
+    assert end.stats.alpha == 1.0
+    assert all(p.appended.kind == BONUS for p in passes if p.appended and p.drafted)
+    passes, end = run(decoder, PROMPTS[1], drafters=("draft-model",), k=4, max_new_tokens=40, verify="sample",
+                      seed=3)
+    assert end.stats.alpha == 1.0
+
+
+def test_same_seed_same_sampled_text(decoder):
+    settings = dict(drafters=("draft-model",), verify="sample", temperature=0.9, max_new_tokens=30, seed=11)
+    settings["sampling"] = __import__("app.engine.settings", fromlist=["SamplingSettings"]).SamplingSettings(0.9)
+    del settings["temperature"]
+    _, first = run(decoder, PROMPTS[2], **settings)
+    _, second = run(decoder, PROMPTS[2], **settings)
+    assert first.token_ids == second.token_ids
+
+
+def test_events_describe_the_run(decoder):
+    events = list(decoder.generate(PROMPTS[0], DecodeSettings(drafters=("prompt-lookup",), max_new_tokens=20)))
+    assert isinstance(events[0], StartEvent) and isinstance(events[-1], EndEvent)
+    passes = [e for e in events if isinstance(e, PassEvent)]
+    assert [p.index for p in passes] == list(range(len(passes)))
+    assert events[-1].passes == len(passes)
+    positions = [p.position for p in passes]
+    assert positions == sorted(positions) and positions[0] == 0
+    for p in passes:
+        assert p.timing.total_ms >= p.timing.draft_ms + p.timing.verify_ms - 1e-6
+        assert all(0.0 <= t.p <= 1.0 for t in p.drafted)
+        assert p.detail is not None and len(p.detail.p_top) == len(p.drafted) + 1
+
+
+def test_stop_pause_and_step(tiny_llama):
+    target, draft = tiny_llama
+    decoder = SpeculativeDecoder(load_models(str(target), str(draft)))
+    control = GenerationControl()
+    control.pause()
+    control.step()
+    control.step()
+    stream = decoder.generate(PROMPTS[0], DecodeSettings(max_new_tokens=50), control)
+    assert isinstance(next(stream), StartEvent)
+    assert isinstance(next(stream), PassEvent)
+    assert isinstance(next(stream), PassEvent)
+    control.stop()
+    end = next(stream)
+    assert isinstance(end, EndEvent) and end.reason == "stopped" and end.passes == 2
+    assert len(end.token_ids) >= 2
+
+
+def test_eos_ends_the_generation(tiny_llama):
+    target, draft = tiny_llama
+    models = load_models(str(target), str(draft))
+    decoder = SpeculativeDecoder(models)
+    _, plain = run(decoder, PROMPTS[1], drafters=(), max_new_tokens=12)
+    stopper = plain.token_ids[5]
+    models.target.generation_config.eos_token_id = stopper
+    try:
+        for drafters in [(), ("prompt-lookup",), ("draft-model",)]:
+            _, end = run(decoder, PROMPTS[1], drafters=drafters, max_new_tokens=12)
+            first = list(plain.token_ids).index(stopper)
+            assert end.reason == "eos" and list(end.token_ids) == list(plain.token_ids[: first + 1])
+    finally:
+        models.target.generation_config.eos_token_id = models.tokenizer.eos_token_id
+
+
+def test_context_full_ends_with_text_kept(tiny_llama):
+    target, draft = tiny_llama
+    models = load_models(str(target), str(draft))
+    models.target.config.max_position_embeddings = 40
+    decoder = SpeculativeDecoder(models)
+    passes, end = run(decoder, PROMPTS[0], drafters=("draft-model",), k=5, max_new_tokens=100)
+    assert end.reason == "context_full"
+    assert len(models.tokenizer(PROMPTS[0]).input_ids) + len(end.token_ids) == 40
+    assert torch.tensor(end.token_ids).numel() > 0

@@ -1,0 +1,63 @@
+"""Fixtures for the window tests: an isolated settings store, a window, real tiny models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtCore import QSettings
+
+from tests.widgets.fakes import FakeDecoder
+
+# The test machine's cores are shared; torch's intra-op threads then fight each
+# other (a tiny forward goes from ~1 ms to ~50 ms). One thread is plenty here.
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A settings file of this test only: never the user's real settings."""
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def make_window(qtbot, store):
+    from app.main_window import MainWindow
+
+    windows = []
+
+    def make(decoder=None, models=None):
+        window = MainWindow(settings=store)
+        qtbot.addWidget(window)
+        window.show()  # offscreen: paints and lays out like a real session
+        if decoder is not None:
+            window.set_models(models or decoder.models, decoder)
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.shutdown()  # joins any thread a failing test left behind
+
+
+@pytest.fixture
+def fake_window(make_window):
+    return make_window(FakeDecoder())
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_llama):
+    """Real engine on the tiny random llama pair: (models, decoder)."""
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+
+    target, draft = tiny_llama
+    models = load_models(str(target), str(draft), device="cpu", dtype="float32")
+    return models, SpeculativeDecoder(models)
+
+
+@pytest.fixture
+def real_window(make_window, tiny_engine):
+    models, decoder = tiny_engine
+    window = make_window(decoder, models)
+    window.controls.prompt.setPlainText("def add(a, b):")
+    return window

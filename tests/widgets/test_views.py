@@ -1,0 +1,177 @@
+"""Window behaviour that does not need a model: exports, failures, persistence, the token view."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtGui import QImage
+
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from app.session import Session
+from app.widgets import token_style as ts
+from app.widgets.token_view import TokenView, tooltip_text
+from tests.widgets.fakes import FakeDecoder
+from tests.widgets.helpers import format_at, fragment_outcomes, run_to_end
+
+
+def test_exports_are_valid(qtbot, fake_window, tmp_path):
+    window = fake_window
+    window.controls.prompt.setPlainText("hello")
+    window.drafters.set_rule("asd")
+    window.controls.max_tokens.setValue(60)
+    run_to_end(qtbot, window)
+    session = window.session
+
+    for kind, name in (("jsonl", "run.jsonl"), ("csv", "run.csv"), ("text", "run.txt"), ("png", "charts.png")):
+        window.export_run(kind, str(tmp_path / name))
+
+    lines = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [line["type"] for line in lines] == [e.type for e in session.events]
+    assert lines[0]["type"] == "start" and lines[-1]["type"] == "end"
+    with open(tmp_path / "run.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(session.passes)
+    assert [int(r["pass"]) for r in rows] == [p.index for p in session.passes]
+    assert {r["verify"] for r in rows} == {"asd"}
+    assert (tmp_path / "run.txt").read_text(encoding="utf-8") == session.generated_text != ""
+    assert not QImage(str(tmp_path / "charts.png")).isNull()
+
+
+def test_engine_failure_is_shown_and_the_window_stays_usable(qtbot, make_window):
+    window = make_window(FakeDecoder(fail_after=3))
+    window.controls.prompt.setPlainText("keep me")
+    run_to_end(qtbot, window)
+    assert window.session.end.reason == "error"
+    assert "fake drafter exploded" in window.banner.text()
+    assert window.token_view.token_count > 0  # the text so far is kept
+    assert window.controls.prompt_text == "keep me"
+
+    window.set_models(window.models, FakeDecoder())
+    run_to_end(qtbot, window)
+    assert window.session.end.reason == "max_tokens"
+
+
+def test_generate_without_prompt_or_models_explains_why(qtbot, make_window):
+    window = make_window()
+    assert not window.start_generation()
+    assert "models" in window.banner.text()
+    window.set_models(FakeDecoder().models, FakeDecoder())
+    assert not window.start_generation()  # empty prompt
+    assert "prompt" in window.banner.text()
+
+
+def test_ctrl_enter_generates(qtbot, fake_window):
+    window = fake_window
+    window.controls.prompt.setPlainText("x")
+    window.activateWindow()
+    window.controls.prompt.setFocus()
+    qtbot.waitUntil(window.isActiveWindow)
+    with qtbot.waitSignal(window.sig_run_finished, timeout=10_000):
+        qtbot.keyClick(window.controls.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert window.session.end is not None
+
+
+def test_settings_persist_between_launches(qtbot, make_window, store):
+    first = make_window(FakeDecoder())
+    first.drafters.k_spin.setValue(7)
+    first.drafters.set_rule("sample")
+    first.drafters.flush()
+    first.controls.prompt.setPlainText("remember me")
+    first.close()
+
+    second = make_window(FakeDecoder())
+    assert second.live.get().k == 7 and second.live.get().verify == "sample"
+    assert second.drafters.k_spin.value() == 7
+    assert second.controls.prompt_text == "remember me"
+
+
+def test_corrupted_settings_are_ignored(qtbot, make_window, store):
+    store.setValue("decode/settings", "{not json")
+    store.setValue("models/request", "[1, 2]")
+    store.sync()
+    window = make_window(FakeDecoder())
+    assert window.live.get() == DecodeSettings().with_changes(**window.drafters.changes())
+    assert "ignored" in window.status.currentMessage() or window.status.currentMessage() == "Models loaded"
+
+
+def test_unreadable_settings_file_is_ignored(qtbot, tmp_path):
+    from app.main_window import MainWindow
+
+    path = tmp_path / "broken.ini"
+    path.write_bytes(b"\x00\xff[window\n=geometry=@ByteArray(\n\x00")
+    window = MainWindow(settings=QSettings(str(path), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    assert window.live.get().k == DecodeSettings().k
+
+
+# --- the token view -------------------------------------------------------------------------------
+
+def fake_session(qtbot, passes: int, verify: str = "asd") -> Session:
+    session = Session()
+    live = LiveSettings(DecodeSettings(verify=verify, max_new_tokens=10**6))
+    events = FakeDecoder().generate("prompt ", live, GenerationControl())
+    session.on_event(next(events))
+    for _ in range(passes):
+        session.on_event(next(events))
+    return session
+
+
+def test_token_view_formats_tooltips_and_clicks(qtbot):
+    session = fake_session(qtbot, 40)
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.set_session(session)
+    view.show()
+    session.flush()
+
+    assert {ts.ACCEPTED, ts.REJECTED, ts.ASD_EXCEPTION, ts.RESAMPLED} <= fragment_outcomes(view)
+    struck = [i for i in range(view.token_count) if view.token_info(i)[1].__class__.__name__ == "DraftedToken"
+              and view.token_info(i)[1].outcome == "rejected"]
+    fmt = format_at(view, view._starts[struck[0]])
+    assert fmt.fontStrikeOut() and fmt.fontItalic()
+
+    event, token = view.token_info(struck[0])
+    tip = tooltip_text(event, token)
+    assert f"pass {event.index}" in tip and "p(x)" in tip and "regret" in tip and "min(1, p/q)" in tip
+
+    index = view.token_count // 2
+    rect = view.cursorRect(_cursor_at(view, view._starts[index]))
+    with qtbot.waitSignal(view.sig_pass_selected, timeout=1_000) as blocker:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.x() + 2, rect.center().y()))
+    assert blocker.args == [view.token_info(view.token_at(view._starts[index]))[0].index]
+
+    view.set_hide_rejected(True)
+    assert ts.REJECTED not in fragment_outcomes(view)
+
+
+def test_token_view_stays_fast_with_20000_tokens(qtbot):
+    session = fake_session(qtbot, 0)
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.set_session(session)
+    view.show()
+    events = FakeDecoder().generate("p", LiveSettings(DecodeSettings(max_new_tokens=10**6)), GenerationControl())
+    next(events)
+    worst = 0.0
+    while view.token_count < 20_000:
+        for _ in range(50):  # one refresh tick's worth of passes
+            session.on_event(next(events))
+        started = time.perf_counter()
+        session.flush()
+        worst = max(worst, time.perf_counter() - started)
+    started = time.perf_counter()
+    for position in range(0, view.document().characterCount() - 1, 97):
+        assert view.token_at(position) is not None
+    lookups = time.perf_counter() - started
+    assert worst < 0.25, f"one refresh took {worst * 1000:.0f} ms"
+    assert lookups < 0.5
+
+
+def _cursor_at(view, position: int):
+    cursor = view.textCursor()
+    cursor.setPosition(position)
+    return cursor

@@ -1,0 +1,176 @@
+"""Held-out figures of the demo models, computed from the exported folders.
+
+Agreement is teacher-forced top-1 agreement with the target: on held-out text,
+the share of positions where a drafter's argmax equals the target's argmax.
+For greedy speculative decoding it is the per-token acceptance rate.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .corpus import CorpusSplit
+from .data import pack_blocks, spread_blocks, token_stream
+from .models import parameter_count
+from .objectives import exit_logits
+
+CODE_PROMPTS = (
+    "def fibonacci(n):\n",
+    "import os\n\n\ndef read_lines(path):\n",
+    "class Stack:\n    def __init__(self):\n",
+)
+# Draft length assumed when ranking early exits (see recommend_exit).
+RANKING_DRAFT_LENGTH = 4
+EVAL_BATCH = 8
+
+
+def load_model(folder: Path):
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def heldout_blocks(tokenizer, split: CorpusSplit, block_size: int, limit: int) -> dict[str, torch.Tensor]:
+    backend = tokenizer.backend_tokenizer
+    return {
+        "code": spread_blocks(pack_blocks(token_stream(backend, split.heldout_code), block_size), limit),
+        "prose": spread_blocks(pack_blocks(token_stream(backend, split.heldout_prose), block_size), limit),
+    }
+
+
+class Tally:
+    """Running sums of loss and argmax agreement for one model or exit."""
+
+    def __init__(self):
+        self.loss_sum, self.agree, self.count = 0.0, 0, 0
+
+    def add(self, logits: torch.Tensor, labels: torch.Tensor, reference: torch.Tensor) -> None:
+        self.loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        self.agree += (logits.argmax(-1) == reference).sum().item()
+        self.count += labels.numel()
+
+    def summary(self) -> dict:
+        loss = self.loss_sum / max(1, self.count)
+        return {"loss": round(loss, 4), "perplexity": round(math.exp(loss), 2),
+                "agreement": round(self.agree / max(1, self.count), 4), "tokens": self.count}
+
+
+@torch.no_grad()
+def domain_metrics(target, draft, blocks: torch.Tensor) -> dict:
+    """Loss/perplexity and agreement with the target for target, draft, exits."""
+    depths = range(1, target.config.num_hidden_layers)
+    tallies = {"target": Tally(), "draft": Tally(), **{f"exit_{d}": Tally() for d in depths}}
+    for batch in blocks.split(EVAL_BATCH):
+        labels = batch[:, 1:].reshape(-1)
+        output = target(input_ids=batch, output_hidden_states=True)
+        target_logits = output.logits[:, :-1].flatten(0, 1)
+        reference = target_logits.argmax(-1)
+        tallies["target"].add(target_logits, labels, reference)
+        tallies["draft"].add(draft(input_ids=batch).logits[:, :-1].flatten(0, 1), labels, reference)
+        for depth in depths:
+            logits = exit_logits(target, output.hidden_states[depth][:, :-1]).flatten(0, 1)
+            tallies[f"exit_{depth}"].add(logits, labels, reference)
+    return {name: tally.summary() for name, tally in tallies.items()}
+
+
+def expected_speedup(agreement: float, exit_depth: int, num_layers: int,
+                     draft_length: int = RANKING_DRAFT_LENGTH) -> float:
+    """Idealised greedy self-speculative speed-up for one exit depth.
+
+    Tokens per round (accepted drafts + the target's own token) divided by the
+    cost of a round (draft_length partial passes + one full verification), in
+    units of a full target forward pass.
+    """
+    if agreement >= 1.0:
+        tokens = draft_length + 1
+    else:
+        tokens = (1 - agreement ** (draft_length + 1)) / (1 - agreement)
+    return tokens / (draft_length * exit_depth / num_layers + 1)
+
+
+def recommend_exit(code_metrics: dict, num_layers: int) -> int:
+    """The exit depth with the best idealised speed-up on held-out code."""
+    return max(
+        range(1, num_layers),
+        key=lambda d: expected_speedup(code_metrics[f"exit_{d}"]["agreement"], d, num_layers),
+    )
+
+
+def valid_python_lines(text: str) -> int:
+    """Longest prefix of lines that parses, allowing one open block.
+
+    A completion cut mid-block ("def f():" then nothing) is still plausible,
+    so a trailing ``pass`` at the next indentation is tried as well.
+    """
+    lines = text.split("\n")
+    for count in range(len(lines), 0, -1):
+        candidate = "\n".join(lines[:count])
+        indent = len(lines[count - 1]) - len(lines[count - 1].lstrip())
+        for suffix in ("", "\n" + " " * (indent + 4) + "pass"):
+            try:
+                ast.parse(candidate + suffix)
+                return count
+            except SyntaxError:
+                continue
+    return 0
+
+
+@torch.no_grad()
+def greedy_samples(target, tokenizer, new_tokens: int) -> list[dict]:
+    samples = []
+    for prompt in CODE_PROMPTS:
+        inputs = tokenizer(prompt, return_tensors="pt")
+        output = target.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+        completion = tokenizer.decode(output[0, inputs.input_ids.shape[1]:], skip_special_tokens=True)
+        full = prompt + completion
+        samples.append({"prompt": prompt, "completion": completion,
+                        "lines": full.count("\n") + 1, "valid_lines": valid_python_lines(full)})
+    return samples
+
+
+def load_seconds(folder: Path, repeats: int = 3) -> float:
+    """Median wall time of ``from_pretrained`` (after a warm-up load)."""
+    load_model(folder)
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        load_model(folder)
+        timings.append(time.perf_counter() - started)
+    return round(statistics.median(timings), 3)
+
+
+def folder_megabytes(folder: Path) -> float:
+    return round(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6, 2)
+
+
+def model_facts(model, folder: Path) -> dict:
+    return {"parameters": parameter_count(model), "megabytes": folder_megabytes(folder),
+            "load_seconds": load_seconds(folder), "layers": model.config.num_hidden_layers,
+            "hidden_size": model.config.hidden_size, "context_length": model.config.max_position_embeddings}
+
+
+def evaluate_folder(models_dir: Path, split: CorpusSplit, eval_blocks: int, new_tokens: int) -> dict:
+    """All figures of the model card for ``models_dir/{target,draft}``."""
+    target = load_model(models_dir / "target")
+    draft = load_model(models_dir / "draft")
+    tokenizer = AutoTokenizer.from_pretrained(models_dir / "target")
+    blocks = heldout_blocks(tokenizer, split, target.config.max_position_embeddings, eval_blocks)
+    domains = {name: domain_metrics(target, draft, value) for name, value in blocks.items()}
+    layers = target.config.num_hidden_layers
+    return {
+        "domains": domains,
+        "recommended_exit": recommend_exit(domains["code"], layers),
+        "expected_speedup_by_exit": {
+            d: round(expected_speedup(domains["code"][f"exit_{d}"]["agreement"], d, layers), 3)
+            for d in range(1, layers)},
+        "samples": greedy_samples(target, tokenizer, new_tokens),
+        "target": model_facts(target, models_dir / "target"),
+        "draft": model_facts(draft, models_dir / "draft"),
+        "total_megabytes": folder_megabytes(models_dir),
+    }

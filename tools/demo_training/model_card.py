@@ -1,0 +1,221 @@
+"""Markdown model card and ``playground.json`` for the demo model folder."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .checkpoint import atomic_write_json, atomic_write_text
+from .objectives import early_exit_weights
+
+DRAFTER_HEADING = "## Drafter measurements"
+DRAFTER_TODO = (
+    "TODO: filled by the engine's measurement script (acceptance rates and "
+    "speed-ups of each drafter measured with the real speculative-decoding engine)."
+)
+REBUILD_COMMAND = "python tools/train_demo_models.py"
+
+
+def write_playground_json(folder: Path, exit_depth: int, seed: int) -> None:
+    atomic_write_json(folder / "playground.json", {
+        "target": "target", "draft": "draft", "layer_skip_exit": exit_depth,
+        "seed": seed, "trained_with": "tools/train_demo_models.py"})
+
+
+def existing_drafter_section(card: Path) -> str | None:
+    """Keep measurements another tool already wrote when the card is rebuilt."""
+    if not card.exists():
+        return None
+    match = re.search(rf"^{DRAFTER_HEADING}\n(.*?)(?=^## |\Z)", card.read_text(), re.S | re.M)
+    if match is None or DRAFTER_TODO in match.group(1):
+        return None
+    return match.group(1).strip()
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def model_table(report: dict) -> str:
+    rows = ["| | target | draft |", "|---|---|---|"]
+    for label, key in [("layers", "layers"), ("hidden size", "hidden_size"),
+                       ("context length", "context_length"), ("parameters", "parameters"),
+                       ("size on disk (MB)", "megabytes"), ("load time on CPU (s)", "load_seconds")]:
+        rows.append(f"| {label} | {report['target'][key]:,} | {report['draft'][key]:,} |")
+    return "\n".join(rows)
+
+
+def heldout_table(domains: dict) -> str:
+    rows = ["| model | code loss | code ppl | code top-1 agreement | prose loss | prose ppl | prose top-1 agreement |",
+            "|---|---|---|---|---|---|---|"]
+    for name in domains["code"]:
+        code, prose = domains["code"][name], domains["prose"][name]
+        label = {"target": "target (all layers)", "draft": "draft model"}.get(
+            name, name.replace("exit_", "early exit after layer "))
+        agreement = ("(reference)", "(reference)") if name == "target" else (
+            percent(code["agreement"]), percent(prose["agreement"]))
+        rows.append(f"| {label} | {code['loss']:.3f} | {code['perplexity']:.1f} | {agreement[0]} | "
+                    f"{prose['loss']:.3f} | {prose['perplexity']:.1f} | {agreement[1]} |")
+    return "\n".join(rows)
+
+
+def quality_bars(evaluation: dict) -> str:
+    code = evaluation["domains"]["code"]
+    exits = {k: v["agreement"] for k, v in code.items() if k.startswith("exit_")}
+    best_exit = max(exits, key=exits.get)
+    valid = [f"{s['valid_lines']}/{s['lines']}" for s in evaluation["samples"]]
+    checks = [
+        (code["draft"]["agreement"] >= 0.60,
+         f"draft top-1 agreement on held-out code >= 60 %: {percent(code['draft']['agreement'])}"),
+        (exits[best_exit] >= 0.50,
+         f"at least one early exit >= 50 %: best is {best_exit.replace('exit_', 'layer ')} "
+         f"at {percent(exits[best_exit])}"),
+        (evaluation["total_megabytes"] < 40,
+         f"folder under 40 MB: {evaluation['total_megabytes']:.1f} MB"),
+        (max(evaluation["target"]["load_seconds"], evaluation["draft"]["load_seconds"]) < 1,
+         f"each model loads in under a second: target {evaluation['target']['load_seconds']} s, "
+         f"draft {evaluation['draft']['load_seconds']} s"),
+    ]
+    lines = [f"- [{'x' if ok else ' '}] {text}" for ok, text in checks]
+    lines.append(f"- greedy code completions, lines forming valid Python (prefix, open block allowed): "
+                 f"{', '.join(valid)} (see samples below)")
+    return "\n".join(lines)
+
+
+def samples_section(samples: list[dict]) -> str:
+    parts = []
+    for number, sample in enumerate(samples, 1):
+        text = (sample["prompt"] + sample["completion"]).replace("```", "` ` `")
+        parts.append(f"Sample {number} (prompt = first {sample['prompt'].count(chr(10))} line(s); "
+                     f"{sample['valid_lines']} of {sample['lines']} lines parse):\n\n```python\n{text}\n```")
+    return "\n\n".join(parts)
+
+
+def corpus_section(corpus: dict) -> str:
+    return f"""Text from the **CPython {corpus['python_version']} standard library** of the
+interpreter that ran the build (found with `sysconfig.get_paths()["stdlib"]`),
+nothing downloaded:
+
+- code: every `*.py` file except the folders `test/`, `tests/`, `idlelib/`,
+  `encodings/` (codec tables), `pydoc_data/`, `site-packages/` and the
+  generated `_sysconfigdata*` modules;
+- prose: `pydoc_data/topics.py`, the Python language reference rendered as
+  plain text (upweighted 2x in training).
+
+| split | documents | characters |
+|---|---|---|
+| train code | {corpus['train_code']['documents']} | {corpus['train_code']['characters']:,} |
+| train prose | {corpus['train_prose']['documents']} | {corpus['train_prose']['characters']:,} |
+| held-out code | {corpus['heldout_code']['documents']} | {corpus['heldout_code']['characters']:,} |
+| held-out prose | {corpus['heldout_prose']['documents']} | {corpus['heldout_prose']['characters']:,} |
+
+The held-out split is by file: a document is held out when
+`sha1(name) % 100` is below 5 (code) or 12 (prose topics), so it does not
+depend on the seed. Held-out code files: {', '.join(f'`{n}`' for n in corpus['heldout_code_names'])}.
+Held-out prose topics: {', '.join(f'`{n}`' for n in corpus['heldout_prose_names'])}.
+
+**Licence.** The Python standard library and its documentation are
+distributed under the PSF License Agreement (Python Software Foundation
+License Version 2; see `LICENSE.txt` in the stdlib folder). These weights and
+the tokenizer are derived from that text only and are intended as a demo
+asset of this project; treat them under the same terms."""
+
+
+def training_section(config: dict, training: dict) -> str:
+    weights = early_exit_weights(config["target"]["num_layers"], config["early_exit_total_weight"])
+    exit_text = ", ".join(f"layer {d}: {w:.3f}" for d, w in weights.items())
+    ts, ds = config["target_schedule"], config["draft_schedule"]
+    return f"""- Seed: `{config['seed']}` (model initialisation, document order, batch order).
+- Hardware: {training['hardware']}; float32 training, weights exported as bfloat16.
+- Tokenizer: byte-level BPE (`tokenizers`), vocabulary {config['vocab_size']},
+  `<|endoftext|>` is BOS, EOS and padding; encoding prepends it. Decoding
+  round-trips any UTF-8 text.
+- Sequence packing: documents joined with `<|endoftext|>` and cut into
+  blocks of {config['block_size']} tokens.
+- Target: {ts['steps']} steps x {ts['batch_size']} blocks ({training['target']['tokens']:,} tokens),
+  AdamW (betas 0.9/0.95, weight decay {ts['weight_decay']}), peak LR {ts['peak_lr']},
+  {ts['warmup_steps']} warmup steps then cosine to {ts['min_lr_ratio']}x, gradient clip {ts['grad_clip']}.
+  Early-exit loss (LayerSkip style): cross-entropy of final norm + LM head
+  applied after each intermediate layer, weights {exit_text}, computed on
+  every {config['early_exit_position_stride']}th position (rotating offset) to save CPU time.
+  Wall time {training['target']['seconds'] / 60:.1f} min.
+- Draft: distilled from the (bfloat16-rounded) target: {config['distill_kl_weight']} x KL to the
+  target's distribution softened at temperature {config['distill_temperature']} (scaled by T^2)
+  + {1 - config['distill_kl_weight']:.1f} x cross-entropy; {ds['steps']} steps x {ds['batch_size']} blocks
+  ({training['draft']['tokens']:,} tokens), peak LR {ds['peak_lr']}. Wall time {training['draft']['seconds'] / 60:.1f} min.
+- Total wall time of the build: {training['total_seconds'] / 60:.1f} min."""
+
+
+def render_card(config: dict, corpus: dict, training: dict, evaluation: dict, drafter_section: str | None) -> str:
+    exit_depth = evaluation["recommended_exit"]
+    speedups = ", ".join(f"E={d}: {s:.2f}x" for d, s in evaluation["expected_speedup_by_exit"].items())
+    return f"""# Speculative Decoding Playground: offline demo models
+
+Two tiny Llama models sharing one tokenizer, trained from scratch on CPU so
+that the playground works without any model hub:
+
+- `target/`: `LlamaForCausalLM` trained with an early-exit loss, so its first
+  E layers + final norm + LM head form a self-speculative (layer-skip) drafter;
+- `draft/`: a much smaller `LlamaForCausalLM` distilled from the target;
+- `playground.json`: defaults for the engine (recommended exit `layer_skip_exit = {exit_depth}`).
+
+They are demo assets for visualising speculative decoding, not useful
+language models.
+
+## Sizes
+
+{model_table(evaluation)}
+
+Whole folder: {evaluation['total_megabytes']:.1f} MB (safetensors, bfloat16, tied embeddings).
+
+## Corpus and licence
+
+{corpus_section(corpus)}
+
+## Training
+
+{training_section(config, training)}
+
+## Held-out evaluation
+
+Computed by `tools/evaluate_demo_models.py` on {evaluation['domains']['code']['target']['tokens']:,}
+code tokens and {evaluation['domains']['prose']['target']['tokens']:,} prose tokens (blocks of the
+held-out files, teacher forced, float32). Loss is mean cross-entropy in nats
+per token; top-1 agreement is the share of positions where the model's argmax
+equals the target's argmax (the per-token acceptance rate of greedy drafting).
+
+{heldout_table(evaluation['domains'])}
+
+Recommended early exit: **E = {exit_depth}**, the depth maximising the
+idealised greedy speed-up `(1 - a^(K+1)) / (1 - a) / (K*E/L + 1)` with
+K = 4 drafted tokens, per-token acceptance a = code agreement, L = {evaluation['target']['layers']}
+layers ({speedups}). This ignores overheads; the engine measures real numbers.
+
+## Quality bars
+
+{quality_bars(evaluation)}
+
+## Greedy completions of code prompts (target)
+
+{samples_section(evaluation['samples'])}
+
+{DRAFTER_HEADING}
+
+{drafter_section or DRAFTER_TODO}
+
+## Reproduce
+
+```
+{REBUILD_COMMAND}
+python tools/evaluate_demo_models.py
+```
+
+The build resumes from checkpoints in `.cache/demo_training/` when rerun;
+`--quick --out DIR` runs a one-minute miniature of the same pipeline.
+"""
+
+
+def write_card(folder: Path, config: dict, corpus: dict, training: dict, evaluation: dict) -> None:
+    card = folder / "MODEL_CARD.md"
+    text = render_card(config, corpus, training, evaluation, existing_drafter_section(card))
+    atomic_write_text(card, text)

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Recompute the held-out figures of the bundled demo models.
+
+    python tools/evaluate_demo_models.py [--models assets/models/demo] [--json OUT]
+
+Rebuilds the deterministic held-out split of the running interpreter's
+standard library (see ``demo_training.corpus``), then reports loss,
+perplexity and top-1 agreement with the target for the draft model and for
+every early exit of the target, plus greedy code samples, sizes and load
+times, as JSON on stdout. These are the numbers in ``MODEL_CARD.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=Path, default=REPO_ROOT / "assets" / "models" / "demo")
+    parser.add_argument("--eval-blocks", type=int, default=None,
+                        help="held-out blocks per domain (default: as in the full build)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see train_demo_models.py
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    from demo_training.config import full_config
+    from demo_training.corpus import split_documents
+    from demo_training.evaluation import evaluate_folder
+
+    torch.set_num_threads(args.threads)
+    transformers_logging.disable_progress_bar()
+    config = full_config()
+    blocks = args.eval_blocks or config.eval_blocks_per_domain
+    figures = evaluate_folder(args.models, split_documents(), blocks, config.sample_new_tokens)
+    text = json.dumps(figures, indent=2)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
