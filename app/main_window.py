@@ -46,6 +46,7 @@ EXPORTS = {
 class MainWindow(QMainWindow):
     sig_models_changed = Signal(object)  # LoadedModels
     sig_run_finished = Signal()  # the generation thread has ended and was joined
+    sig_pass_selected = Signal(int)  # a token was clicked: index of its pass (for the inspector)
 
     def __init__(self, settings: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
@@ -126,6 +127,7 @@ class MainWindow(QMainWindow):
         self.controls.sig_step.connect(self.step)
         self.controls.sig_changed.connect(self.push_settings)
         self.drafters.sig_changed.connect(self.push_settings)
+        self.token_view.sig_pass_selected.connect(self.sig_pass_selected)
         self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
         self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
         self.session.sig_refresh.connect(self._show_progress)

@@ -2,10 +2,18 @@ import os
 import threading
 
 import pytest
+import torch
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# Tiny models run fastest on one thread, and a shared machine punishes oversubscription.
+torch.set_num_threads(1)
+
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.disable_progress_bar()
 
 
 @pytest.fixture(scope="session")
@@ -34,5 +42,5 @@ def no_thread_left_behind():
     """Fail any test that leaves a Python thread (QThread workers included) running."""
     before = set(threading.enumerate())
     yield
-    leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    leftover = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
     assert not leftover, f"threads left running: {leftover}"

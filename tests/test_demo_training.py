@@ -23,6 +23,16 @@ QUICK_BUILD_LIMIT_S = 180
 UTF8_SAMPLE = "def f(x):\n\treturn x  # héllo 世界 🎉 \x00\u200b"
 
 
+@pytest.fixture
+def quiet_transformers():
+    """No loading progress bar: tqdm's monitor thread would outlive the test."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    yield
+    logging.enable_progress_bar()
+
+
 def offline_environment() -> dict:
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
@@ -58,7 +68,7 @@ def test_quick_build_writes_playground_json_and_card(quick_build):
 
 
 @pytest.mark.parametrize("name", ["target", "draft"])
-def test_quick_models_load_and_generate(quick_build, name):
+def test_quick_models_load_and_generate(quick_build, name, quiet_transformers):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -72,7 +82,7 @@ def test_quick_models_load_and_generate(quick_build, name):
     assert generated.shape[1] == inputs.input_ids.shape[1] + 4
 
 
-def test_quick_tokenizer_round_trips_utf8(quick_build):
+def test_quick_tokenizer_round_trips_utf8(quick_build, quiet_transformers):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     out, process, _ = quick_build

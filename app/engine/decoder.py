@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from app.engine.cached_model import CachedModel
-from app.engine.detok import WINDOW, token_texts
+from app.engine.detok import StreamDetokenizer
 from app.engine.drafters import Draft, build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError
 from app.engine.events import (
@@ -44,6 +44,7 @@ class _Request:
     ids: torch.Tensor  # (N,) long on CPU: prompt + generated
     n_prompt: int
     generator: torch.Generator
+    detok: StreamDetokenizer
     k: int  # current K (differs from the setting under adaptive K)
     k_setting: int
     stats: GenerationStats = field(default_factory=GenerationStats)
@@ -135,7 +136,7 @@ class SpeculativeDecoder:
         device = self.models.device
         generator = torch.Generator(device=device).manual_seed(settings.seed)
         req = _Request(torch.tensor(prompt_ids, dtype=torch.long), len(prompt_ids), generator,
-                       k=settings.k, k_setting=settings.k)
+                       StreamDetokenizer(self.models.tokenizer, prompt_ids), k=settings.k, k_setting=settings.k)
         started = time.perf_counter()
         yield self._start_event(prompt, req, settings)
         reason, error = None, None
@@ -202,6 +203,7 @@ class SpeculativeDecoder:
         appended = [next_token] if next_token is not None else []
         committed = torch.cat([drafts[:a_kept], torch.tensor(appended, dtype=torch.long)])
         req.ids = torch.cat([req.ids, committed])
+        req.detok.commit(committed.tolist())
         self._adapt_k(req, settings, drafts.numel(), verdict.n_accepted)
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
@@ -287,10 +289,8 @@ class SpeculativeDecoder:
     def _pass_event(self, req, settings, drafter_name, k, drafts, draft, verdict, p, a_kept, next_token,
                     asd_remaining, times) -> PassEvent:
         t0, t1, t2 = times
-        tokenizer = self.models.tokenizer
-        context = req.ids[-WINDOW:].tolist()
         draft_ids = drafts.tolist()
-        texts = token_texts(tokenizer, context, draft_ids)
+        texts = req.detok.peek(draft_ids)
         rows = torch.arange(len(draft_ids), device=p.device)
         p_x = p[rows, drafts.to(p.device)].tolist() if draft_ids else []
         q_x = draft.q[rows.to(draft.q.device), drafts.to(draft.q.device)].tolist() \
@@ -307,7 +307,7 @@ class SpeculativeDecoder:
         )
         appended = None
         if next_token is not None:
-            text = token_texts(tokenizer, context + draft_ids[:a_kept], [next_token])[0]
+            text = req.detok.peek(draft_ids[:a_kept] + [next_token])[-1]
             kind = TARGET if not draft_ids else (BONUS if verdict.n_accepted == len(draft_ids) else RESAMPLED)
             appended = AppendedToken(next_token, text, kind, float(p[verdict.n_accepted, next_token]))
         detail = PassDetail(

@@ -1,11 +1,11 @@
 """Incremental detokenisation: the text each token adds, right for byte-level BPE
 and SentencePiece.
 
-A token's text is what decoding it adds to the text of the tokens before it.
-Decoding a short window of preceding tokens gives SentencePiece its leading
-space right, and a token that ends inside a multi-byte character adds ""
-while the token that completes the character carries the whole character, so
-the texts of committed tokens always concatenate to the decoded text.
+A token's text is what decoding it adds to the text before it. Decoding a
+short window of preceding tokens gives SentencePiece its leading space right.
+A token that ends inside a multi-byte character adds "" and stays *pending*;
+the token that completes the character carries all the pending text. So the
+texts of committed tokens always concatenate to the decoded text.
 """
 
 from __future__ import annotations
@@ -13,31 +13,45 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 REPLACEMENT = "\ufffd"
-WINDOW = 6  # preceding tokens decoded for context; covers the longest UTF-8 sequence
+WINDOW = 6  # tokens of already-emitted context decoded with the new ones
 
 
-def _complete_length(text: str) -> int:
-    """Length of `text` without a trailing run of undecodable bytes."""
-    return len(text.rstrip(REPLACEMENT))
+class StreamDetokenizer:
+    """Texts of the committed stream; `peek` answers for tokens that may still be rejected."""
 
+    def __init__(self, tokenizer, prompt_ids: Sequence[int]) -> None:
+        self.tokenizer = tokenizer
+        self.ids = list(prompt_ids)
+        self.emitted = len(self.ids)  # tokens before this index have had their text emitted
 
-def token_texts(tokenizer, context_ids: Sequence[int], new_ids: Sequence[int]) -> list[str]:
-    """The text each of `new_ids` adds after `context_ids` (one decode call for all)."""
-    if not new_ids:
-        return []
-    tail = list(context_ids[-WINDOW:])
-    new_ids = list(new_ids)
-    decoded = tokenizer.batch_decode(
-        [tail + new_ids[: i + 1] for i in range(-1, len(new_ids))],
-        skip_special_tokens=False,
-        clean_up_tokenization_spaces=False,
-    )
-    texts = []
-    done = _complete_length(decoded[0])
-    for text in decoded[1:]:
-        if text.endswith(REPLACEMENT):
-            texts.append("")
-            continue
-        texts.append(text[done:])
-        done = len(text)
-    return texts
+    def _decode_all(self, sequences: list[list[int]]) -> list[str]:
+        return self.tokenizer.batch_decode(sequences, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _texts(self, new_ids: Sequence[int]) -> tuple[list[str], int]:
+        """Texts of `new_ids` after the stream, and how many of them complete their text."""
+        prefix = self.ids[max(0, self.emitted - WINDOW): self.emitted]
+        pending = self.ids[self.emitted:]
+        new_ids = list(new_ids)
+        decoded = self._decode_all([prefix] + [prefix + pending + new_ids[: i + 1] for i in range(len(new_ids))])
+        done = len(decoded[0])
+        texts, completed = [], 0
+        for i, text in enumerate(decoded[1:]):
+            if text.endswith(REPLACEMENT):
+                texts.append("")
+                continue
+            texts.append(text[done:])
+            done, completed = len(text), i + 1
+        return texts, completed
+
+    def peek(self, new_ids: Sequence[int]) -> list[str]:
+        return self._texts(new_ids)[0] if new_ids else []
+
+    def commit(self, new_ids: Sequence[int]) -> list[str]:
+        """Append `new_ids` to the stream; their texts."""
+        if not new_ids:
+            return []
+        texts, completed = self._texts(new_ids)
+        if completed:
+            self.emitted = len(self.ids) + completed
+        self.ids.extend(new_ids)
+        return texts

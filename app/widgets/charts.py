@@ -9,11 +9,20 @@ predicted E / (K c + 1) with the measured c.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+# Redrawing five plots costs far more than appending tokens (axes, paths,
+# Python paint code holding the GIL the engine thread needs), so charts
+# redraw at most this often, even though the session ticks at ~30 Hz.
+MIN_REDRAW_MS = 250
+# The x axes grow in these steps, so axis ticks are not re-laid out every tick.
+X_STEPS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 DRAFTER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
@@ -25,6 +34,12 @@ class RunCharts(QWidget):
         super().__init__(parent)
         self._session = None
         self._from_row = 0  # rows before this were cleared from view
+        self._drawn_at = 0.0
+        self._stale = False
+        self._x_span: tuple[float, float] | None = None
+        self._pending = QTimer(self)
+        self._pending.setSingleShot(True)
+        self._pending.timeout.connect(self.refresh)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground(None)
         self._build_plots()
@@ -77,12 +92,25 @@ class RunCharts(QWidget):
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
         self._session = session
-        session.sig_refresh.connect(self.refresh)
+        session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
+        session.sig_ended.connect(lambda _event: self.refresh())  # the final state, right away
+
+    def request_refresh(self) -> None:
+        """Redraw now, or once MIN_REDRAW_MS after the previous redraw; not at all while hidden."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        wait_ms = MIN_REDRAW_MS - 1000 * (time.monotonic() - self._drawn_at)
+        if wait_ms <= 0:
+            self.refresh()
+        elif not self._pending.isActive():
+            self._pending.start(int(wait_ms))
 
     def reset(self) -> None:
         """A new run: show it from its first pass."""
         self._from_row = 0
+        self._x_span = None
         for rolling, cumulative in self.drafter_curves.values():
             rolling.setData([], [])
             cumulative.setData([], [])
@@ -91,15 +119,19 @@ class RunCharts(QWidget):
     def clear(self) -> None:
         """Hide the passes so far; later passes keep appearing. The session keeps all data for export."""
         self._from_row = self._session.series.size if self._session else 0
+        self._x_span = None
         self.refresh()
 
     # --- drawing --------------------------------------------------------------------
     def refresh(self) -> None:
         if self._session is None:
             return
+        self._pending.stop()
+        self._drawn_at = time.monotonic()
         series = self._session.series
         rows = slice(self._from_row, series.size)
         x = series["pass"][rows]
+        self._fit_x(x)
         self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
         self._draw_drafters(x[0] if len(x) else np.inf)
         self._draw_tokens(x, series["committed"][rows], series["expected_tokens"][rows])
@@ -107,6 +139,22 @@ class RunCharts(QWidget):
         self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
         self.speedup_measured.setData(x, series["speedup_measured"][rows], connect="finite")
         self.speedup_predicted.setData(x, series["speedup_predicted"][rows], connect="finite")
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self._stale = False
+            self.refresh()
+
+    def _fit_x(self, x: np.ndarray) -> None:
+        first = float(x[0]) if len(x) else 0.0
+        last = float(x[-1]) if len(x) else 0.0
+        width = next((step for step in X_STEPS if step > last - first), last - first + 1)
+        span = (first - 0.5, first + width + 0.5)
+        if span != self._x_span:
+            self._x_span = span
+            for plot in (self.alpha_plot, self.tokens_plot, self.ledger_plot, self.speed_plot, self.speedup_plot):
+                plot.setXRange(*span, padding=0)
 
     def _draw_drafters(self, first_pass: float) -> None:
         for name, drafter in self._session.by_drafter.items():

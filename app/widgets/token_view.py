@@ -22,6 +22,12 @@ from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, D
 from app.widgets import token_style as ts
 
 GHOST_NEWLINE = "↵"
+# Qt lays out a whole paragraph again whenever text is appended to it, so one
+# endless paragraph would make every tick slower. Past SOFT_BLOCK characters a
+# paragraph is ended before a token that starts with a space (where word wrap
+# could break the line anyway); past HARD_BLOCK anywhere.
+SOFT_BLOCK = 1500
+HARD_BLOCK = 6000
 
 
 class TokenView(QPlainTextEdit):
@@ -108,9 +114,16 @@ class TokenView(QPlainTextEdit):
     def _insert(self, row: int, slot: int, text: str, style: str) -> None:
         if not text:
             return
+        self._limit_block_length(text)
         self._starts.append(self._cursor.position())
         self._refs.append((row, slot))
         self._cursor.insertText(text, self._formats.get(style, self._formats[ts.TARGET]))
+
+    def _limit_block_length(self, text: str) -> None:
+        """End a long paragraph before a token that starts a word (BPE tokens carry the leading space)."""
+        length = self._cursor.positionInBlock()
+        if length > HARD_BLOCK or (length > SOFT_BLOCK and text[:1] in (" ", "\t")):
+            self._cursor.insertBlock()
 
     # --- lookup ----------------------------------------------------------------
     @property

@@ -8,7 +8,7 @@ import torch
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import ACCEPTED, BONUS, EndEvent, PassEvent, StartEvent, TARGET
 from app.engine.loading import load_models
-from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, run
 
 DRAFTER_SETS = [("draft-model",), ("prompt-lookup",), ("ngram-cache",), ("layer-skip",),
@@ -35,9 +35,15 @@ def test_plain_decoding_equals_hf_greedy(decoder):
         assert all(p.appended.kind == TARGET and not p.drafted for p in passes)
 
 
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_greedy_speculative_equals_autoregressive(decoder, k):
-    for prompt in PROMPTS:
+IDENTITY_CASES = [("tiny_llama", 1), ("tiny_llama", 3), ("tiny_llama", 5), ("tiny_qwen2", 3), ("tiny_gpt2", 4)]
+
+
+@pytest.mark.parametrize("arch,k", IDENTITY_CASES)
+def test_greedy_speculative_equals_autoregressive(request, arch, k):
+    target, draft = request.getfixturevalue(arch)
+    decoder = SpeculativeDecoder(load_models(str(target), str(draft)))
+    prompts = PROMPTS if arch == "tiny_llama" else PROMPTS[:2]
+    for prompt in prompts:
         _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
         for drafters in DRAFTER_SETS:
             passes, spec = run(decoder, prompt, drafters=drafters, k=k, max_new_tokens=64)
@@ -93,9 +99,8 @@ def test_identical_drafter_has_every_draft_accepted(tiny_llama):
 
 
 def test_same_seed_same_sampled_text(decoder):
-    settings = dict(drafters=("draft-model",), verify="sample", temperature=0.9, max_new_tokens=30, seed=11)
-    settings["sampling"] = __import__("app.engine.settings", fromlist=["SamplingSettings"]).SamplingSettings(0.9)
-    del settings["temperature"]
+    settings = dict(drafters=("draft-model",), verify="sample", sampling=SamplingSettings(0.9), max_new_tokens=30,
+                    seed=11)
     _, first = run(decoder, PROMPTS[2], **settings)
     _, second = run(decoder, PROMPTS[2], **settings)
     assert first.token_ids == second.token_ids

@@ -55,10 +55,9 @@ def cached_packed_corpus(run_dir: Path, tokenizer: Tokenizer, split: CorpusSplit
     path = run_dir / "packed_corpus.pt"
     saved = load_if_exists(path)
     if saved is not None:
-        return PackedCorpus(**saved)
+        return PackedCorpus(train=saved["train"])
     log("tokenising and packing the corpus")
-    packed = pack_corpus(tokenizer, split, config.block_size, config.seed,
-                         config.prose_repeats, config.eval_blocks_per_domain)
+    packed = pack_corpus(tokenizer, split, config.block_size, config.seed, config.prose_repeats)
     atomic_torch_save(packed.state(), path)
     return packed
 
@@ -79,7 +78,8 @@ def train_draft(run_dir: Path, packed: PackedCorpus, config: RunConfig, teacher:
     log("distilling the draft model from the target")
     # A different data seed: the draft sees the corpus in another order.
     result = train_stage("draft", model, make_distill_loss(teacher, config), packed.train,
-                         config.draft_schedule, config.seed + 1, run_dir / "draft.ckpt", checkpoint_seconds)
+                         config.draft_schedule, config.seed + 1,
+                         run_dir / f"draft-{config.draft_fingerprint()}.ckpt", checkpoint_seconds)
     return round_to_export_precision(model), result
 
 
@@ -89,7 +89,7 @@ def stage_summary(result: StageResult) -> dict:
 
 def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seconds: float) -> dict:
     """Build (or resume) everything and write ``out_dir``; returns the figures."""
-    run_dir = cache_dir / f"{config.name}-{config.fingerprint()}"
+    run_dir = cache_dir / f"{config.name}-{config.target_fingerprint()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "config.json", dataclasses.asdict(config))
     timings_path = run_dir / "timings.json"

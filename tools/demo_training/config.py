@@ -65,10 +65,26 @@ class RunConfig:
     eval_blocks_per_domain: int = 64
     sample_new_tokens: int = 80
 
-    def fingerprint(self) -> str:
-        """Short hash of the configuration, used to key the checkpoint folder."""
-        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+    def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
+        """Short hash of the configuration (minus ``exclude``d fields)."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in exclude}
+        payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+    def target_fingerprint(self) -> str:
+        """Keys the run folder: everything the tokenizer and target depend on.
+
+        Draft and evaluation settings are left out so that retuning the
+        distillation reuses an already trained target.
+        """
+        return self.fingerprint(DRAFT_FIELDS | EVALUATION_FIELDS)
+
+    def draft_fingerprint(self) -> str:
+        return self.fingerprint(EVALUATION_FIELDS)
+
+
+DRAFT_FIELDS = frozenset({"draft", "draft_schedule", "distill_temperature", "distill_kl_weight"})
+EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
 
 
 def full_config(seed: int = DEFAULT_SEED) -> RunConfig:

@@ -15,14 +15,12 @@ from .corpus import CorpusSplit, Document
 
 @dataclasses.dataclass
 class PackedCorpus:
-    """Fixed-length token blocks (int64 tensors of shape [n, block_size])."""
+    """Training text as fixed-length token blocks (int64, [n, block_size])."""
 
     train: torch.Tensor
-    heldout_code: torch.Tensor
-    heldout_prose: torch.Tensor
 
     def state(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"train": self.train}
 
 
 def token_stream(tokenizer: Tokenizer, documents: list[Document]) -> torch.Tensor:
@@ -59,17 +57,10 @@ def training_documents(split: CorpusSplit, seed: int, prose_repeats: int) -> lis
 
 
 def pack_corpus(
-    tokenizer: Tokenizer, split: CorpusSplit, block_size: int, seed: int,
-    prose_repeats: int, eval_blocks: int,
+    tokenizer: Tokenizer, split: CorpusSplit, block_size: int, seed: int, prose_repeats: int,
 ) -> PackedCorpus:
-    train_documents = training_documents(split, seed, prose_repeats)
-    return PackedCorpus(
-        train=pack_blocks(token_stream(tokenizer, train_documents), block_size),
-        heldout_code=spread_blocks(
-            pack_blocks(token_stream(tokenizer, split.heldout_code), block_size), eval_blocks),
-        heldout_prose=spread_blocks(
-            pack_blocks(token_stream(tokenizer, split.heldout_prose), block_size), eval_blocks),
-    )
+    documents = training_documents(split, seed, prose_repeats)
+    return PackedCorpus(train=pack_blocks(token_stream(tokenizer, documents), block_size))
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,0 +1,97 @@
+"""Theory formulas, running statistics, and losslessness of whole generations on a tiny model."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from app.engine.decoder import SpeculativeDecoder
+from app.engine.loading import load_models
+from app.engine.sampling import warp_probs
+from app.engine.settings import AsdSettings, SamplingSettings
+from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
+from tests.engine.helpers import PROMPTS, run
+
+
+def test_expected_tokens_per_pass_formula():
+    assert expected_tokens_per_pass(0.0, 4) == 1.0
+    assert expected_tokens_per_pass(1.0, 4) == 5.0
+    assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert predicted_speedup(0.5, 2, 0.0) == pytest.approx(1.75)
+    assert predicted_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / 0.2 / 1.4)
+
+
+@pytest.mark.parametrize("alpha,c", [(0.3, 0.05), (0.6, 0.1), (0.8, 0.02), (0.95, 0.3), (0.1, 0.5)])
+def test_optimal_k_is_the_brute_force_best(alpha, c):
+    best = max(range(1, 65), key=lambda k: predicted_speedup(alpha, k, c))
+    assert predicted_speedup(alpha, optimal_k(alpha, c), c) == pytest.approx(predicted_speedup(alpha, best, c))
+
+
+def test_running_stats_match_the_pass_events(tiny_llama):
+    decoder = SpeculativeDecoder(load_models(*map(str, tiny_llama)))
+    passes, end = run(decoder, PROMPTS[0], drafters=("prompt-lookup",), k=3, max_new_tokens=40)
+    drafted = sum(len(p.drafted) for p in passes)
+    accepted = sum(p.n_accepted for p in passes)
+    assert end.stats.alpha == pytest.approx(accepted / drafted)
+    assert end.stats.tokens_per_pass == pytest.approx(40 / len(passes))
+    assert passes[-1].stats == end.stats
+
+
+def test_asd_with_zero_budget_is_strict_greedy_and_ledger_stays_within_budget(tiny_llama):
+    decoder = SpeculativeDecoder(load_models(*map(str, tiny_llama)))
+    for prompt in PROMPTS:
+        _, greedy = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=48)
+        for asd in (AsdSettings(budget=0.0), AsdSettings(gate=0.0), AsdSettings(cap=0)):
+            _, strict = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=48, verify="asd", asd=asd)
+            assert strict.token_ids == greedy.token_ids
+        passes, _ = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=48, verify="asd",
+                        asd=AsdSettings(budget=3.0, gate=1.0, cap=2))
+        spent = [p.ledger.spent for p in passes]
+        assert spent == sorted(spent) and spent[-1] <= 3.0 + 1e-9
+        assert all(sum(t.outcome == "asd_exception" for t in p.drafted) <= 2 for p in passes)
+        for p in passes:
+            for i, t in enumerate(p.drafted):
+                if t.outcome == "asd_exception":
+                    assert t.regret / (len(p.drafted) - i) <= 1.0 + 1e-9 and t.id != t.target_id
+
+
+def _first_two_distribution(models, prompt, sampling):
+    """Exact P(t1, t2) of the target alone, for the support after warping."""
+    ids = models.tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        p1 = warp_probs(models.target(ids).logits[0, -1], sampling)  # (V,)
+        firsts = p1.nonzero().flatten()
+        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)
+        p2 = warp_probs(models.target(batch).logits[:, -1], sampling)  # (F, V)
+    joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
+             for b in p2[i].nonzero().flatten()}
+    total = sum(joint.values())
+    return {cell: prob / total for cell, prob in joint.items()}
+
+
+@pytest.mark.parametrize("drafters", [("draft-model",), ("prompt-lookup",)])
+def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
+    torch.manual_seed(0)
+    models = load_models(*map(str, tiny_llama))
+    decoder = SpeculativeDecoder(models)
+    prompt = "the the the the"
+    sampling = SamplingSettings(temperature=1.5, top_k=4)
+    exact = _first_two_distribution(models, prompt, sampling)
+    n = 1200
+    counts = Counter()
+    for seed in range(n):
+        _, end = run(decoder, prompt, drafters=drafters, k=2, max_new_tokens=2, verify="sample", sampling=sampling,
+                     seed=seed)
+        counts[tuple(end.token_ids)] += 1
+    assert set(counts) <= set(exact)
+    cells = sorted(exact, key=exact.get, reverse=True)
+    big = [c for c in cells if exact[c] * n >= 5]
+    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
+    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
+    if expected[-1] < 1e-6:
+        observed, expected = observed[:-1], expected[:-1]
+    expected = [e * sum(observed) / sum(expected) for e in expected]
+    assert chisquare(observed, expected).pvalue > 1e-3
