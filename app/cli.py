@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from app.main_window import run_gui
 
-        return run_gui(args)
+        return run_gui(sys.argv[:1], target=getattr(args, "target", None), draft=getattr(args, "draft_model", None),
+                       device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))
     except Exception as exc:  # noqa: BLE001 - typed engine errors become one line
         from app.engine.errors import EngineError
         from app.engine.settings import SettingsError

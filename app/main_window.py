@@ -398,13 +398,20 @@ def _application(argv: list[str] | None = None) -> QApplication:
     return app
 
 
-def run_gui(argv: list[str] | None = None) -> int:
-    """Open the window with the last used models (or the bundled demo family) loading in the background."""
+def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str | None = None,
+            device: str | None = None, dtype: str | None = None) -> int:
+    """Open the window; the given models, else the last used ones (else the demo family) load in the background."""
     app = _application(argv)
     window = MainWindow()
     window.show()
-    window.load_models_async(window.model_request)
-    return app.exec()
+    request = dict(window.model_request)
+    if target is not None:
+        request.update(target=target, draft=draft)
+    request.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+    window.load_models_async(request)
+    code = app.exec()
+    window.deleteLater()  # before the QApplication goes away, so teardown order is Qt's
+    return code
 
 
 def render_screenshot(path: str, prompt: str = "def fibonacci(n):", target: str | None = None,

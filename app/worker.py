@@ -13,14 +13,16 @@ wake a paused decoder, wait until `run()` has returned.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
-import traceback
 
 from PySide6.QtCore import QThread, Signal
 
 from app.engine.events import EndEvent, RunningStats
 from app.engine.settings import GenerationControl, LiveSettings
+
+log = logging.getLogger(__name__)
 
 
 def _forget_python_thread_record() -> None:
@@ -74,7 +76,7 @@ class GenerationThread(QThread):
                 ended = isinstance(event, EndEvent)
                 self.sig_event.emit(event)
         except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
-            traceback.print_exc()
+            log.exception("generation failed outside the engine's own error handling")
             if not ended:
                 self.sig_event.emit(error_end_event(error, started))
         finally:

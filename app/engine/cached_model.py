@@ -65,11 +65,23 @@ class CachedModel:
         self.model = model
         self.layers = tuple(layers) if layers is not None else None
         self.device = next(model.parameters()).device
+        self.feature_layers: tuple[int, ...] = ()
         self.reset()
 
     def reset(self) -> None:
         self.cache = DynamicCache()
         self.ids = torch.empty(0, dtype=torch.long)  # (L,) on CPU
+        self.features: list[torch.Tensor] = []  # per feature layer: (L, H) hidden states aligned with the cache
+
+    def keep_features(self, layers: Sequence[int]) -> None:
+        """Also keep these hidden states (indices into HF `hidden_states`, 0 = embeddings) for every cached token.
+
+        Changing the set forgets the cache, so the next `advance_to` recomputes the prefix with them.
+        """
+        layers = tuple(sorted(set(layers)))
+        if layers != self.feature_layers:
+            self.feature_layers = layers
+            self.reset()
 
     @property
     def length(self) -> int:
@@ -87,9 +99,11 @@ class CachedModel:
             return
         self.cache.crop(length - self.length)  # transformers accepts only a negative count here
         self.ids = self.ids[:length]
+        self.features = [f[:length] for f in self.features]
 
     def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False):
         """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states)."""
+        output_hidden_states = output_hidden_states or bool(self.feature_layers)
         start = self.length
         positions = torch.arange(start, start + new_ids.numel(), device=self.device)
         with torch.inference_mode(), only_layers(self.model, self.layers):
@@ -102,6 +116,10 @@ class CachedModel:
             )
         self.ids = torch.cat([self.ids, new_ids.cpu()])
         logits = out.logits[0].float()  # (T, V)
+        if self.feature_layers:
+            fresh = [out.hidden_states[i][0] for i in self.feature_layers]  # each (T, H)
+            self.features = [torch.cat([old, new]) for old, new in zip(self.features, fresh)] \
+                if self.features else fresh
         if output_hidden_states:
             return logits, tuple(h[0] for h in out.hidden_states)
         return logits

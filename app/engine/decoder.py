@@ -182,6 +182,8 @@ class SpeculativeDecoder:
         device = self.models.device
         t0 = time.perf_counter()
         k = self._draft_length(req, settings, room)
+        if k:
+            self._keep_target_features(req, settings)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
         draft, drafter_name = self._draft(req, settings, k, sampler) if k else (None, None)
         drafts = draft.tokens if draft is not None else torch.empty(0, dtype=torch.long)  # (K',)
@@ -233,6 +235,25 @@ class SpeculativeDecoder:
             self._drafters[name] = cached
         return cached[1]
 
+    def _keep_target_features(self, req: _Request, settings: DecodeSettings) -> None:
+        """Keep the hidden states the chain's drafters read, and only those."""
+        needed = set()
+        for name in settings.drafters:
+            if name not in req.failed_drafters:
+                try:
+                    needed.update(self._drafter(name, settings).feature_layers)
+                except Exception as exc:  # noqa: BLE001 - reported like any drafter failure
+                    self._drop_drafter(req, name, exc)
+        if tuple(sorted(needed)) != self.target.feature_layers:
+            self.target.keep_features(needed)
+            self._prefill(req)
+
+    def _features_for(self, drafter) -> list[torch.Tensor] | None:
+        if not drafter.feature_layers:
+            return None
+        kept = self.target.feature_layers
+        return [self.target.features[kept.index(layer)] for layer in drafter.feature_layers]
+
     def _draft(self, req: _Request, settings: DecodeSettings, k: int,
                sampler: TokenSampler) -> tuple[Draft | None, str | None]:
         """The first drafter of the chain that proposes something; failing drafters are skipped."""
@@ -240,7 +261,8 @@ class SpeculativeDecoder:
             if name in req.failed_drafters:
                 continue
             try:
-                draft = self._drafter(name, settings).propose(req.ids, k, sampler)
+                drafter = self._drafter(name, settings)
+                draft = drafter.propose(req.ids, k, sampler, self._features_for(drafter))
             except Exception as exc:  # noqa: BLE001 - a broken drafter must not end the generation
                 self._drop_drafter(req, name, exc)
                 continue

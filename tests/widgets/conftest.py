@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from PySide6.QtCore import QSettings
 
 from tests.widgets.fakes import FakeDecoder
-
-# The test machine's cores are shared; torch's intra-op threads then fight each
-# other (a tiny forward goes from ~1 ms to ~50 ms). One thread is plenty here.
-torch.set_num_threads(1)
-
 
 @pytest.fixture
 def store(tmp_path):

@@ -28,9 +28,17 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    # Target hidden states this drafter reads (indices into HF `hidden_states`); empty for most drafters,
+    # so the target computes and keeps features only while a drafter that needs them is in the chain.
+    feature_layers: tuple[int, ...]
 
-    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler) -> Draft | None:
-        """Up to k tokens following `ids` (N,), or None when there is nothing to propose."""
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
+                features: list[torch.Tensor] | None = None) -> Draft | None:
+        """Up to k tokens following `ids` (N,), or None when there is nothing to propose.
+
+        `features[j]` is (N-1, H): the target's hidden states of `feature_layers[j]` at positions 0..N-2
+        (the target has not seen the last committed token yet).
+        """
 
     def reset(self) -> None:
         """Forget all state (a new request begins)."""

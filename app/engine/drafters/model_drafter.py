@@ -34,10 +34,12 @@ class ModelDrafter:
         self.vocab_size = vocab_size
         self.cached = CachedModel(model, layers=layers)
 
+    feature_layers: tuple[int, ...] = ()
+
     def reset(self) -> None:
         self.cached.reset()
 
-    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler) -> Draft:
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft:
         logits = self.cached.advance_to(ids)[-1]  # (V',)
         tokens, rows = [], []
         for step in range(k):

@@ -52,6 +52,8 @@ class NgramCacheDrafter:
         self.min_count, self.min_share = min_count, min_share
         self.reset()
 
+    feature_layers: tuple[int, ...] = ()
+
     def reset(self) -> None:
         self.tables = NgramTables(self.min_n, self.max_n)
 
@@ -61,7 +63,7 @@ class NgramCacheDrafter:
             self.reset()
         self.tables.extend(ids[len(self.tables.seen):])
 
-    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler) -> Draft | None:
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft | None:
         context = ids.tolist()
         self._sync(context)
         window, drafted = context[-self.max_n:], []

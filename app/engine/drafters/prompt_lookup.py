@@ -33,9 +33,11 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
+    feature_layers: tuple[int, ...] = ()
+
     def reset(self) -> None:
         pass
 
-    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler) -> Draft | None:
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft | None:
         tokens = lookup_continuation(ids, k, self.max_ngram, self.min_ngram)
         return Draft(tokens.clone(), None) if tokens is not None and tokens.numel() else None
