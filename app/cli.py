@@ -57,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--jsonl", action="store_true", help="one JSON object per event on stdout")
     _add_model_options(run)
     _add_decode_options(run)
+    bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate")
+    bench.add_argument("--k", type=int, default=4)
+    bench.add_argument("--repeats", type=int, default=3, help="interleaved repeats after one warm-up")
+    bench.add_argument("--prompts", help="JSON prompt set (default: the committed assets/bench/prompts.json)")
+    bench.add_argument("--only", action="append", help="run only these methods (besides ours:autoregressive)")
+    bench.add_argument("--json", dest="json_path", help="also write the results as JSON here")
+    bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    bench.add_argument("--threads", type=int, help="torch CPU threads")
+    _add_model_options(bench)
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG")
     shot.add_argument("path")
     shot.add_argument("--prompt", default="def fibonacci(n):")
@@ -100,6 +109,30 @@ def run_headless(args) -> int:
     return 0
 
 
+def run_bench(args) -> int:
+    import platform
+
+    import torch
+
+    from app.engine import bench
+    from app.engine.loading import load_models
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map)
+    prompts = bench.load_prompts(args.prompts) if args.prompts else bench.load_prompts()
+    results = bench.benchmark(models, prompts, k=args.k, repeats=args.repeats, only=set(args.only or ()),
+                              progress=lambda message: print(message, file=sys.stderr, flush=True))
+    print(bench.markdown_table(results) if args.markdown else bench.plain_table(results))
+    if args.json_path:
+        meta = {"target": models.target_name, "draft": models.draft_name, "device": str(models.device),
+                "dtype": str(models.dtype), "k": args.k, "repeats": args.repeats, "threads": torch.get_num_threads(),
+                "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+        with open(args.json_path, "w") as out:
+            out.write(bench.to_json(results, meta))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -107,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "run":
             return run_headless(args)
+        if command == "bench":
+            return run_bench(args)
         if command == "screenshot":
             from app.main_window import render_screenshot
 

@@ -17,17 +17,22 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QEventLoop, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QVBoxLayout, QWidget,
+    QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow, QToolBar, QVBoxLayout, QWidget,
 )
 
+from app.engine.race import Race
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError, settings_from_dict
 from app.session import Session
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
+from app.widgets.guide import GuidePanel, ReadyPrompt
+from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
+from app.widgets.race import RaceView
 from app.widgets.status import RunStatusBar
+from app.widgets.theory import TheoryExplorer
 from app.widgets.token_view import TokenView
 from app.worker import GenerationThread, ModelLoadThread
 
@@ -47,6 +52,7 @@ class MainWindow(QMainWindow):
     sig_models_changed = Signal(object)  # LoadedModels
     sig_run_finished = Signal()  # the generation thread has ended and was joined
     sig_pass_selected = Signal(int)  # a token was clicked: index of its pass (for the inspector)
+    sig_race_finished = Signal()  # the race thread has ended and was joined
 
     def __init__(self, settings: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
@@ -58,11 +64,14 @@ class MainWindow(QMainWindow):
         self.live = LiveSettings()
         self.session = Session(self)
         self._generation: GenerationThread | None = None
+        self._race: GenerationThread | None = None  # runs an engine Race: both lanes in one thread
+        self._inspect_from: int | None = None  # a Step was asked: inspect the first pass at or after this row
         self._loader: ModelLoadThread | None = None
         self._wanted_settings: DecodeSettings | None = None
         self._dialog: ModelDialog | None = None
         self._build_widgets()
         self._build_docks()
+        self._build_toolbar()
         self._build_menus()
         self._connect()
         self._default_layout()
@@ -84,6 +93,12 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.status = RunStatusBar()
         self.setStatusBar(self.status)
+        self.inspector = PassInspector()
+        self.inspector.set_session(self.session)
+        self.theory = TheoryExplorer()
+        self.theory.set_session(self.session)
+        self.race_view = RaceView()
+        self.guide = GuidePanel()
         central = QWidget()
         column = QVBoxLayout(central)
         column.addWidget(self.legend)
@@ -103,6 +118,37 @@ class MainWindow(QMainWindow):
         self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters,
                                         Qt.DockWidgetArea.RightDockWidgetArea)
         self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea)
+        bottom, right = Qt.DockWidgetArea.BottomDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
+        self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector, bottom)
+        self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory, bottom)
+        self.race_dock = self._dock("Race", "raceDock", self.race_view, bottom)
+        self.guide_dock = self._dock("Guide", "guideDock", self.guide, right)
+        for dock in (self.inspector_dock, self.theory_dock, self.race_dock):
+            self.tabifyDockWidget(self.charts_dock, dock)
+        self.tabifyDockWidget(self.drafters_dock, self.guide_dock)
+        self.charts_dock.raise_()
+        self.drafters_dock.raise_()
+
+    def _build_toolbar(self) -> None:
+        """Teaching controls: step mode, Step (one pass), Run (continue), Race, Guide."""
+        bar = QToolBar("Teaching", self)
+        bar.setObjectName("teachingToolbar")
+        self.step_mode_action = QAction("Step mode", self, checkable=True)
+        self.step_mode_action.setToolTip("Generate pauses before every pass; Step runs one pass, Run continues")
+        self.step_action = QAction("Step", self, shortcut=QKeySequence("F10"))
+        self.step_action.setToolTip("Run exactly one pass and inspect it (F10)")
+        self.step_action.triggered.connect(self.step)
+        self.run_action = QAction("Run", self, shortcut=QKeySequence("F5"))
+        self.run_action.setToolTip("Continue a paused run, or start one (F5)")
+        self.run_action.triggered.connect(self.run_on)
+        self.race_action = QAction("Race", self)
+        self.race_action.setToolTip("Race plain decoding against the current speculative set-up")
+        self.race_action.triggered.connect(self.start_race)
+        self.guide_action = QAction("Guide", self, shortcut=QKeySequence("F1"))
+        self.guide_action.triggered.connect(self.show_guide)
+        for action in (self.step_mode_action, self.step_action, self.run_action, self.race_action, self.guide_action):
+            bar.addAction(action)
+        self.addToolBar(bar)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -114,11 +160,14 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
         view_menu = self.menuBar().addMenu("&View")
-        for dock in (self.controls_dock, self.drafters_dock, self.charts_dock):
+        for dock in (self.controls_dock, self.drafters_dock, self.charts_dock, self.inspector_dock, self.theory_dock,
+                     self.race_dock, self.guide_dock):
             view_menu.addAction(dock.toggleViewAction())
         self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
         self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
         view_menu.addAction(self.hide_rejected_action)
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self.guide_action)
 
     def _connect(self) -> None:
         self.controls.sig_generate.connect(self.start_generation)
@@ -128,6 +177,12 @@ class MainWindow(QMainWindow):
         self.controls.sig_changed.connect(self.push_settings)
         self.drafters.sig_changed.connect(self.push_settings)
         self.token_view.sig_pass_selected.connect(self.sig_pass_selected)
+        self.sig_pass_selected.connect(self.inspector.show_pass)
+        self.session.sig_refresh.connect(self._inspect_stepped_pass)  # after the token view has drawn the pass
+        self.race_view.sig_start_requested.connect(self.start_race)
+        self.race_view.sig_stop_requested.connect(self.stop_race)
+        self.guide.sig_use_prompt.connect(self.use_ready_prompt)
+        self.guide.sig_race_prompt.connect(self.race_ready_prompt)
         self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
         self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
         self.session.sig_refresh.connect(self._show_progress)
@@ -147,6 +202,9 @@ class MainWindow(QMainWindow):
         self._wanted_settings = None
         self.status.show_models(models)
         self.status.showMessage("Models loaded", 4000)
+        tokenizer = getattr(models, "tokenizer", None)
+        if tokenizer is not None:
+            self.inspector.set_token_text(lambda token_id: tokenizer.decode([token_id]))
         self.push_settings()
         self.sig_models_changed.emit(models)
 
@@ -182,8 +240,8 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _load_from_dialog(self, dialog: ModelDialog, request: dict) -> None:
-        if self.is_generating:
-            dialog.show_error("Stop the running generation before loading other models.")
+        if self.is_busy:
+            dialog.show_error("Stop the running generation or race before loading other models.")
             return
         thread = self.load_models_async(request)
         if thread is None:
@@ -196,18 +254,37 @@ class MainWindow(QMainWindow):
     def is_generating(self) -> bool:
         return self._generation is not None
 
-    def start_generation(self, paused: bool = False) -> bool:
-        """Start a run with the current prompt and settings; False (with a message) if it cannot."""
-        if self.is_generating:
-            return False
+    @property
+    def is_racing(self) -> bool:
+        return self._race is not None
+
+    @property
+    def is_busy(self) -> bool:
+        return self.is_generating or self.is_racing
+
+    def _ready_to_run(self) -> DecodeSettings | None:
+        """The settings to run with, or None (with a message) when nothing can start now."""
+        if self.is_busy:
+            if self.is_racing:
+                self.show_message("A race is running: wait for it or stop it first.", error=True)
+            return None
         if self.decoder is None:
             self.show_message("No models are loaded yet: use File → Load models…", error=True)
-            return False
+            return None
         if not self.controls.prompt_text.strip():
             self.show_message("Type a prompt first.", error=True)
-            return False
+            return None
         self.drafters.flush()
-        settings = self.push_settings()
+        return self.push_settings()
+
+    def start_generation(self, paused: bool | None = None) -> bool:
+        """Start a run with the current prompt and settings; False (with a message) if it cannot.
+
+        `paused=None` follows Step mode: the run then waits before its first pass.
+        """
+        if paused is None:
+            paused = self.step_mode_action.isChecked()
+        settings = self._ready_to_run()
         if settings is None:
             return False
         self.hide_message()
@@ -236,9 +313,28 @@ class MainWindow(QMainWindow):
             (self._generation.control.pause if paused else self._generation.control.resume)()
 
     def step(self) -> None:
-        if self._generation is not None:
-            self._generation.control.step()
-            self.controls.show_paused(True)  # a step leaves the run paused
+        """Run exactly one pass (starting a paused run first if none is running), then inspect it."""
+        if self._generation is None and not self.start_generation(paused=True):
+            return
+        self._inspect_from = len(self.session.passes)
+        self._generation.control.step()
+        self.controls.show_paused(True)  # a step leaves the run paused
+        self.inspector_dock.raise_()
+
+    def run_on(self) -> None:
+        """Continue a paused run to its end, or start one that does not pause."""
+        if self._generation is None:
+            self.start_generation(paused=False)
+            return
+        self.set_paused(False)
+        self.controls.show_paused(False)
+
+    def _inspect_stepped_pass(self) -> None:
+        """Show the pass a Step ran, once it has arrived (the token view has drawn it by now)."""
+        row = self._inspect_from
+        if row is not None and len(self.session.passes) > row:
+            self._inspect_from = None
+            self.token_view.select_pass(row)
 
     def _on_generation_finished(self) -> None:
         thread, self._generation = self._generation, None
@@ -250,6 +346,63 @@ class MainWindow(QMainWindow):
         self.load_action.setEnabled(True)
         self._show_progress()
         self.sig_run_finished.emit()
+
+    # --- race ------------------------------------------------------------------------------------
+    def start_race(self) -> bool:
+        """Race plain decoding against the current set-up on the current prompt; False if it cannot start."""
+        settings = self._ready_to_run()
+        if settings is None or self.models is None:
+            return False
+        self.hide_message()
+        thread = GenerationThread(Race(self.models), self.controls.prompt_text, LiveSettings(settings),
+                                  GenerationControl(), chat_template=self.controls.chat_template.isChecked())
+        thread.sig_event.connect(self.race_view.on_event)
+        thread.sig_finished.connect(self._on_race_finished)
+        self._race = thread
+        self.race_view.begin(_describe_setup(settings))
+        self.controls.generate_button.setEnabled(False)
+        self.load_action.setEnabled(False)
+        self.race_dock.show()
+        self.race_dock.raise_()
+        thread.start()
+        return True
+
+    def stop_race(self) -> None:
+        if self._race is not None:
+            self._race.control.stop()
+
+    def _on_race_finished(self) -> None:
+        thread, self._race = self._race, None
+        if thread is None:
+            return
+        thread.wait()
+        thread.deleteLater()
+        self.race_view.finished()
+        self.controls.generate_button.setEnabled(not self.is_generating)
+        self.load_action.setEnabled(True)
+        self.sig_race_finished.emit()
+
+    # --- guide -------------------------------------------------------------------------------------
+    def show_guide(self) -> None:
+        self.guide_dock.show()
+        self.guide_dock.raise_()
+
+    def use_ready_prompt(self, ready: ReadyPrompt) -> None:
+        """Put a ready prompt and its set-up (drafters this model family has) into the controls."""
+        self.controls.prompt.setPlainText(ready.prompt)
+        available = getattr(self.models, "available_drafters", ready.drafters)
+        chain = tuple(name for name in ready.drafters if name in available)
+        try:
+            settings = self.live.get().with_changes(drafters=chain, k=ready.k, verify=ready.verify)
+        except SettingsError as error:
+            self.drafters.show_error(str(error))
+            return
+        self.drafters.apply(settings)
+        self.push_settings()
+
+    def race_ready_prompt(self, ready: ReadyPrompt) -> None:
+        self.use_ready_prompt(ready)
+        self.start_race()
 
     def _on_ended(self, event) -> None:
         if event.reason == "error":
@@ -359,6 +512,9 @@ class MainWindow(QMainWindow):
         self.controls.prompt.setPlainText(str(self.store.value("controls/prompt", "") or ""))
         self.controls.chat_template.setChecked(_as_bool(self.store.value("controls/chat_template", False)))
         self.legend.hide_rejected.setChecked(_as_bool(self.store.value("view/hide_rejected", False)))
+        self.step_mode_action.setChecked(_as_bool(self.store.value("view/step_mode", False)))
+        if not _as_bool(self.store.value("guide/seen", False)):
+            self.show_guide()  # first launch: the guide is the tour
 
     def save_settings(self) -> None:
         self.store.setValue("window/geometry", self.saveGeometry())
@@ -368,6 +524,8 @@ class MainWindow(QMainWindow):
         self.store.setValue("controls/prompt", self.controls.prompt_text)
         self.store.setValue("controls/chat_template", self.controls.chat_template.isChecked())
         self.store.setValue("view/hide_rejected", self.legend.hide_rejected.isChecked())
+        self.store.setValue("view/step_mode", self.step_mode_action.isChecked())
+        self.store.setValue("guide/seen", True)
         self.store.sync()
 
     # --- shutdown --------------------------------------------------------------------------------------
@@ -376,6 +534,9 @@ class MainWindow(QMainWindow):
         if self._generation is not None:
             self._generation.stop_and_join()
             self._on_generation_finished()
+        if self._race is not None:
+            self._race.stop_and_join()
+            self._on_race_finished()
         if self._loader is not None:
             self._loader.wait()  # loading cannot be interrupted; its result is discarded
             self._reap_loader()
@@ -384,6 +545,14 @@ class MainWindow(QMainWindow):
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
+
+
+def _describe_setup(settings: DecodeSettings) -> str:
+    chain = " → ".join(settings.drafters) or "no drafter"
+    rule = settings.verify
+    if rule == "asd":
+        rule = f"ASD (B = {settings.asd.budget:g}, g = {settings.asd.gate:g}, M = {settings.asd.cap})"
+    return f"{chain}, K = {settings.k}, {rule}"
 
 
 def _as_bool(value) -> bool:

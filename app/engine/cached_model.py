@@ -103,7 +103,6 @@ class CachedModel:
 
     def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False):
         """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states)."""
-        output_hidden_states = output_hidden_states or bool(self.feature_layers)
         start = self.length
         positions = torch.arange(start, start + new_ids.numel(), device=self.device)
         with torch.inference_mode(), only_layers(self.model, self.layers):
@@ -112,7 +111,7 @@ class CachedModel:
                 position_ids=positions[None],
                 cache=self.cache,
                 use_cache=True,
-                output_hidden_states=output_hidden_states,
+                output_hidden_states=output_hidden_states or bool(self.feature_layers),
             )
         self.ids = torch.cat([self.ids, new_ids.cpu()])
         logits = out.logits[0].float()  # (T, V)

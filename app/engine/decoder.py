@@ -26,7 +26,7 @@ from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError
 from app.engine.events import (
     ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, RESAMPLED, TARGET,
     AppendedToken, DraftedToken, EndEvent, Event, Ledger, NoticeEvent, PassDetail, PassEvent,
-    StartEvent, Timing, TokenProb,
+    ResidualEntry, StartEvent, Timing, TokenProb,
 )
 from app.engine.loading import LoadedModels
 from app.engine.sampling import TokenSampler
@@ -88,6 +88,28 @@ def _top(probs: torch.Tensor) -> tuple[tuple[TokenProb, ...], ...]:
                  for row_i, row_v in zip(indices.tolist(), values.tolist()))
 
 
+def _residual_detail(p_row: torch.Tensor, q_row: torch.Tensor | None, x: int,
+                     residual: torch.Tensor) -> tuple[tuple[ResidualEntry, ...], float, float]:
+    """The rejected row for the inspector: p, q, r on the union of the top tokens of each.
+
+    Returns the entries (largest r first), the residual mass outside them and
+    sum_v max(0, p_v - q_v) before normalising. (V,) rows; one-hot q when q_row is None.
+    """
+    p_row, residual = p_row.double().cpu(), residual.double().cpu()  # (V,)
+    if q_row is None:
+        q_row = torch.zeros_like(p_row)
+        q_row[x] = 1.0
+    q_row = q_row.double().cpu()  # (V,)
+    k = min(INSPECT_TOP, p_row.numel())
+    ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
+    entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
+               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist())]
+    entries.sort(key=lambda e: (-e.r, -e.p, e.id))
+    other = max(0.0, float(residual.sum() - residual[ids].sum()))
+    norm = float((p_row - q_row).clamp(min=0.0).sum())
+    return tuple(entries), other, norm
+
+
 class SpeculativeDecoder:
     """Runs generations on one pair of loaded models; not thread-safe (one generation at a time)."""
 
@@ -95,6 +117,8 @@ class SpeculativeDecoder:
         self.models = models
         self.target = CachedModel(models.target)
         self._drafters: dict[str, tuple[tuple, object]] = {}
+        self._eos = models.eos_ids
+        self._context_length = models.context_length
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -114,7 +138,7 @@ class SpeculativeDecoder:
             ids = self._apply_chat_template(prompt)
         else:
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        limit = self.models.context_length
+        limit = self._context_length
         if len(ids) >= limit:
             raise ContextTooLongError(
                 f"the prompt has {len(ids)} tokens but the model's context holds {limit}; shorten the prompt.")
@@ -176,7 +200,7 @@ class SpeculativeDecoder:
 
     def _pass(self, req: _Request, settings: DecodeSettings) -> tuple[PassEvent | None, str | None]:
         """Run one pass; returns its event and the end reason if the generation is over."""
-        room = self.models.context_length - 1 - req.ids.numel()  # positions left for new tokens after this one
+        room = self._context_length - 1 - req.ids.numel()  # positions left for new tokens after this one
         if room < 0:
             return None, "context_full"
         device = self.models.device
@@ -202,10 +226,7 @@ class SpeculativeDecoder:
             req.exceptions += sum(verdict.mismatch[:a_kept])
         event = self._pass_event(req, settings, drafter_name, k, drafts, draft, verdict, p, a_kept, next_token,
                                  asd_remaining, (t0, t1, t2))
-        appended = [next_token] if next_token is not None else []
-        committed = torch.cat([drafts[:a_kept], torch.tensor(appended, dtype=torch.long)])
-        req.ids = torch.cat([req.ids, committed])
-        req.detok.commit(committed.tolist())
+        req.ids = torch.cat([req.ids, torch.tensor(event.committed_ids, dtype=torch.long)])
         self._adapt_k(req, settings, drafts.numel(), verdict.n_accepted)
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
@@ -296,7 +317,7 @@ class SpeculativeDecoder:
     def _clip(self, req: _Request, drafts: torch.Tensor, verdict: _Verdict,
               settings: DecodeSettings) -> tuple[int, int | None, str | None]:
         """Accepted drafts kept, the appended token (None if the block ended the generation), end reason."""
-        eos = self.models.eos_ids
+        eos = self._eos
         accepted = drafts[: verdict.n_accepted].tolist()
         for i, token in enumerate(accepted):
             if token in eos:
@@ -312,7 +333,11 @@ class SpeculativeDecoder:
                     asd_remaining, times) -> PassEvent:
         t0, t1, t2 = times
         draft_ids = drafts.tolist()
-        texts = req.detok.peek(draft_ids)
+        committed = draft_ids[:a_kept] + ([next_token] if next_token is not None else [])
+        # Rejected drafts need their own decode; committed tokens are decoded once, as the stream advances.
+        texts = req.detok.peek(draft_ids) if a_kept < len(draft_ids) else []
+        committed_texts = req.detok.commit(committed)
+        texts = committed_texts[:a_kept] + texts[a_kept:]
         rows = torch.arange(len(draft_ids), device=p.device)
         p_x = p[rows, drafts.to(p.device)].tolist() if draft_ids else []
         q_x = draft.q[rows.to(draft.q.device), drafts.to(draft.q.device)].tolist() \
@@ -329,14 +354,22 @@ class SpeculativeDecoder:
         )
         appended = None
         if next_token is not None:
-            text = req.detok.peek(draft_ids[:a_kept] + [next_token])[-1]
+            text = committed_texts[-1]
             kind = TARGET if not draft_ids else (BONUS if verdict.n_accepted == len(draft_ids) else RESAMPLED)
             appended = AppendedToken(next_token, text, kind, float(p[verdict.n_accepted, next_token]))
+        residual, residual_other, residual_norm = (), 0.0, None
+        if verdict.residual is not None:
+            n = verdict.n_accepted
+            q_row = None if draft.q is None else draft.q[n]
+            residual, residual_other, residual_norm = _residual_detail(p[n], q_row, draft_ids[n], verdict.residual)
+        asd = settings.asd if settings.verify == "asd" else None
         detail = PassDetail(
             p_top=_top(p),
             q_top=_top(draft.q) if draft is not None and draft.q is not None else (),
             residual_top=_top(verdict.residual[None])[0] if verdict.residual is not None else (),
             asd_remaining=asd_remaining,
+            residual=residual, residual_other=residual_other, residual_norm=residual_norm,
+            asd_gate=None if asd is None else asd.gate, asd_cap=None if asd is None else asd.cap,
         )
         _synchronize(self.models.device)
         t3 = time.perf_counter()

@@ -81,6 +81,16 @@ class RunningStats:
 
 
 @dataclass(frozen=True)
+class ResidualEntry:
+    """One token of the rejected row n: p_n, q_n (one-hot q: 1 at the draft, else 0) and r = norm(max(0, p_n - q_n))."""
+
+    id: int
+    p: float
+    q: float
+    r: float
+
+
+@dataclass(frozen=True)
 class PassDetail:
     """What the pass inspector shows: the top of each distribution."""
 
@@ -88,6 +98,15 @@ class PassDetail:
     q_top: tuple[tuple[TokenProb, ...], ...]  # K rows, empty when q is one-hot
     residual_top: tuple[TokenProb, ...]  # norm(max(0, p - q)) at the first rejection, sampling only
     asd_remaining: float | None  # B - s read at block start
+    # At the first rejection under sampling: p, q and r on the union of the top tokens of p_n, q_n and r
+    # (at most 3 x 8 entries, so events stay small), the residual mass outside those tokens (the
+    # "other tokens" bar: entries + other = 1), and sum_v max(0, p_v - q_v) before normalising
+    # (= 1 - sum_v min(p_v, q_v): the chance that a draft sampled from q is rejected at this row).
+    residual: tuple[ResidualEntry, ...] = ()
+    residual_other: float = 0.0
+    residual_norm: float | None = None
+    asd_gate: float | None = None  # g in force for this pass (ASD only)
+    asd_cap: int | None = None  # M in force for this pass (ASD only)
 
 
 @dataclass(frozen=True)

@@ -176,8 +176,12 @@ def check_same_vocabulary(target_tok, draft_tok, target_name: str, draft_name: s
 
 
 def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
-                device_map: str | None = None, progress=None) -> LoadedModels:
-    """Load the target (and draft model); `progress(fraction, message)` is called between steps."""
+                device_map: str | None = None, progress=None, heads: str | None = None) -> LoadedModels:
+    """Load the target (and draft model); `progress(fraction, message)` is called between steps.
+
+    `heads` is a folder of learned drafters trained for this target (format: app/engine/drafters/heads/format.py);
+    the demo target gets the bundled ones under assets/models/demo/heads when they exist.
+    """
     report = progress or (lambda fraction, message: None)
     exit_layer = None
     if target is None:
@@ -185,6 +189,8 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
         target = str(DEMO_DIR / manifest["target"])
         draft = draft or str(DEMO_DIR / manifest["draft"])
         exit_layer = manifest.get("layer_skip_exit")
+        if heads is None and (DEMO_DIR / "heads").is_dir():
+            heads = str(DEMO_DIR / "heads")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     report(0.0, f"loading tokenizer of {target}")
@@ -198,5 +204,10 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
         check_same_vocabulary(tokenizer, load_tokenizer(draft), target, draft)
         models.draft = load_causal_lm(draft, torch_device, torch_dtype)
         models.draft_name = draft
+    if heads:
+        from app.engine.drafters.heads import load_heads  # only when heads are asked for
+
+        report(0.9, f"loading learned drafters from {heads}")
+        models.extras.update(load_heads(models, Path(heads)))
     report(1.0, "ready")
     return models

@@ -144,6 +144,7 @@ def test_eos_ends_the_generation(tiny_llama):
     _, plain = run(decoder, PROMPTS[1], drafters=(), max_new_tokens=12)
     stopper = plain.token_ids[5]
     models.target.generation_config.eos_token_id = stopper
+    decoder = SpeculativeDecoder(models)
     try:
         for drafters in [(), ("prompt-lookup",), ("draft-model",)]:
             _, end = run(decoder, PROMPTS[1], drafters=drafters, max_new_tokens=12)

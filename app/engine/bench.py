@@ -1,0 +1,234 @@
+"""Benchmark: our decoding methods against autoregressive decoding and HF's own assisted generation.
+
+Every method runs the same committed prompt set with the same K and max new
+tokens under greedy decoding, in one process, with repeats interleaved
+(repeat r runs every method once before repeat r+1) so that machine drift
+cancels. Figures are medians over repeats after a warm-up.
+
+Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop;
+alpha, tokens per pass and c (draft cost per token relative to one target
+forward) from our pass events; predicted = E(alpha, K) / (K c + 1);
+efficiency = speedup / predicted; overhead = share of pass time spent outside
+the draft and verify forwards; identical = the ids equal our autoregressive
+greedy ids.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from app.engine.decoder import SpeculativeDecoder
+from app.engine.events import EndEvent, PassEvent
+from app.engine.loading import LoadedModels
+from app.engine.settings import DecodeSettings
+from app.engine.stats import predicted_speedup
+
+PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
+OURS_AR = "ours:autoregressive"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    name: str
+    kind: str  # code | prose
+    prompt: str
+    max_new_tokens: int
+
+
+@dataclass
+class Run:
+    token_ids: list[int]
+    seconds: float
+    passes: list[PassEvent] = field(default_factory=list)
+
+
+@dataclass
+class MethodResult:
+    method: str
+    tokens_per_s: float
+    speedup: float | None = None
+    alpha: float | None = None
+    tokens_per_pass: float | None = None
+    c: float | None = None
+    predicted: float | None = None
+    efficiency: float | None = None
+    overhead: float | None = None
+    peak_memory_mb: float | None = None
+    identical: bool | None = None
+    repeats_tokens_per_s: list[float] = field(default_factory=list)
+
+
+def load_prompts(path: Path = PROMPTS_FILE) -> list[BenchPrompt]:
+    return [BenchPrompt(**entry) for entry in json.loads(Path(path).read_text())]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---- methods ------------------------------------------------------------------------------------
+
+def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
+    def generate(prompt: BenchPrompt) -> Run:
+        settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens)
+        started = time.perf_counter()
+        events = list(decoder.generate(prompt.prompt, settings))
+        _synchronize(decoder.models.device)
+        seconds = time.perf_counter() - started
+        end = events[-1]
+        if not isinstance(end, EndEvent) or end.reason == "error":
+            raise RuntimeError(f"{drafters} failed: {getattr(end, 'error', end)}")
+        return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)])
+    return generate
+
+
+def hf(models: LoadedModels, **generate_kwargs):
+    tokenizer = models.tokenizer
+
+    def generate(prompt: BenchPrompt) -> Run:
+        ids = tokenizer(prompt.prompt, return_tensors="pt").input_ids.to(models.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = models.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                         max_new_tokens=prompt.max_new_tokens,
+                                         pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                                         **generate_kwargs)
+        _synchronize(models.device)
+        return Run(out[0, ids.shape[1]:].tolist(), time.perf_counter() - started)
+    return generate
+
+
+def methods(models: LoadedModels, decoder: SpeculativeDecoder, k: int, exit_layer: int | None = None,
+            only: set[str] | None = None) -> dict[str, Callable[[BenchPrompt], Run]]:
+    table = {OURS_AR: ours(decoder, (), k), "hf:autoregressive": hf(models)}
+    for name in models.available_drafters:
+        table[f"ours:{name}"] = ours(decoder, (name,), k)
+    if models.draft is not None:
+        table["ours:prompt-lookup>draft-model"] = ours(decoder, ("prompt-lookup", "draft-model"), k)
+        table["hf:assisted"] = hf(models, assistant_model=models.draft, num_assistant_tokens=k,
+                                  num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    table["hf:prompt-lookup"] = hf(models, prompt_lookup_num_tokens=k)
+    if models.num_layers > 1 and getattr(models.target, "base_model_prefix", "") == "model":
+        table["hf:early-exit"] = hf(models, assistant_early_exit=exit_layer or models.default_exit_layer,
+                                    num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                                    assistant_confidence_threshold=0.0)
+    if only:
+        table = {name: fn for name, fn in table.items() if name == OURS_AR or name in only}
+    return table
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS (KiB on Linux)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def run_interleaved(table: dict[str, Callable], prompts: list[BenchPrompt], repeats: int, device: torch.device,
+                    progress: Callable[[str], None]) -> tuple[dict[str, list[list[Run]]], dict[str, float]]:
+    """runs[method][repeat][prompt], after one warm-up run of every method on the first prompt."""
+    for name, generate in table.items():
+        progress(f"warm-up {name}")
+        generate(prompts[0])
+    runs = {name: [] for name in table}
+    peaks = {name: 0.0 for name in table}
+    for repeat in range(repeats):
+        for name, generate in table.items():
+            progress(f"repeat {repeat + 1}/{repeats} {name}")
+            _reset_peak(device)
+            runs[name].append([generate(p) for p in prompts])
+            peaks[name] = max(peaks[name], _peak_memory_mb(device))
+    return runs, peaks
+
+
+def summarise(name: str, repeats: list[list[Run]], baseline_ids: list[list[int]], k: int) -> MethodResult:
+    rates = [sum(len(r.token_ids) for r in rep) / sum(r.seconds for r in rep) for rep in repeats]
+    result = MethodResult(name, statistics.median(rates), repeats_tokens_per_s=rates)
+    result.identical = all([r.token_ids for r in rep] == baseline_ids for rep in repeats)
+    passes = [p for rep in repeats for run in rep for p in run.passes]
+    if passes:
+        _add_pass_figures(result, passes, k)
+    return result
+
+
+def _add_pass_figures(result: MethodResult, passes: list[PassEvent], k: int) -> None:
+    drafted = [p for p in passes if p.drafted]
+    n_drafted = sum(len(p.drafted) for p in drafted)
+    result.tokens_per_pass = sum(len(p.committed_ids) for p in passes) / len(passes)
+    total = sum(p.timing.total_ms for p in passes)
+    forwards = sum(p.timing.draft_ms + p.timing.verify_ms for p in passes)
+    result.overhead = 1 - forwards / total if total else None
+    if n_drafted:
+        result.alpha = sum(p.n_accepted for p in drafted) / n_drafted
+        verify_per_pass = statistics.median(p.timing.verify_ms for p in drafted)
+        result.c = (sum(p.timing.draft_ms for p in drafted) / n_drafted) / verify_per_pass
+        result.predicted = predicted_speedup(result.alpha, k, result.c)
+
+
+def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repeats: int = 3,
+              only: set[str] | None = None, progress: Callable[[str], None] = lambda message: None,
+              ) -> list[MethodResult]:
+    decoder = SpeculativeDecoder(models)
+    table = methods(models, decoder, k, only=only)
+    runs, peaks = run_interleaved(table, prompts, repeats, models.device, progress)
+    baseline_ids = [r.token_ids for r in runs[OURS_AR][0]]
+    results = [summarise(name, reps, baseline_ids, k) for name, reps in runs.items()]
+    base = next(r.tokens_per_s for r in results if r.method == OURS_AR)
+    for result in results:
+        result.speedup = result.tokens_per_s / base
+        result.peak_memory_mb = peaks[result.method]
+        if result.predicted:
+            result.efficiency = result.speedup / result.predicted
+    return results
+
+
+# ---- reporting ----------------------------------------------------------------------------------
+
+COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
+           ("alpha", "alpha", "{:.2f}"), ("tok/pass", "tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
+           ("predicted", "predicted", "{:.2f}x"), ("efficiency", "efficiency", "{:.2f}"),
+           ("overhead", "overhead", "{:.1%}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
+           ("identical", "identical", "{}")]
+
+
+def _cell(result: MethodResult, attribute: str, fmt: str) -> str:
+    value = getattr(result, attribute)
+    return "-" if value is None else fmt.format(value)
+
+
+def table_rows(results: list[MethodResult]) -> Iterator[list[str]]:
+    yield [title for title, _, _ in COLUMNS]
+    for result in results:
+        yield [_cell(result, attribute, fmt) for _, attribute, fmt in COLUMNS]
+
+
+def markdown_table(results: list[MethodResult]) -> str:
+    rows = list(table_rows(results))
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def plain_table(results: list[MethodResult]) -> str:
+    rows = list(table_rows(results))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
+
+
+def to_json(results: list[MethodResult], meta: dict) -> str:
+    return json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2)

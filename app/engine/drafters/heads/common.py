@@ -1,0 +1,111 @@
+"""What every learned drafter shares: its configuration, the target's parts it borrows, token picking.
+
+Notation (ALGORITHMS.md): the committed sequence is x_0 .. x_{N-1}; the
+target's hidden state of layer l at position t is h^l_t, known for
+t <= N-2 (the target has not seen x_{N-1} yet); `H` is the hidden size, `V`
+the vocabulary size, `K` the draft length. A learned drafter maps those
+features (and tokens) to logits through the *target's own* LM head (and reads
+token embeddings from the target's embedding table), so no head stores a
+vocabulary-sized matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from app.engine.drafters.base import Draft
+from app.engine.sampling import TokenSampler
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """The part of a target a head depends on; heads load only onto a target of the same shape."""
+
+    hidden_size: int
+    vocab_size: int
+    num_layers: int
+
+    @classmethod
+    def of(cls, target: nn.Module, num_layers: int) -> TargetShape:
+        return cls(int(target.get_input_embeddings().weight.shape[1]),
+                   int(target.get_output_embeddings().weight.shape[0]), int(num_layers))
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Contents of a head folder's config.json (see FORMAT.md)."""
+
+    family: str
+    target: TargetShape
+    feature_layers: tuple[int, ...]  # indices into HF hidden_states (0 = embeddings, num_layers = final, normed)
+    arch: dict  # family hyper-parameters, passed to the module's constructor
+    training: dict = field(default_factory=dict)  # informative only: steps, seconds, data, seed, losses
+    target_name: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict:
+        payload = asdict(self)
+        payload["feature_layers"] = list(self.feature_layers)
+        return payload
+
+    @classmethod
+    def from_json(cls, payload: dict) -> HeadConfig:
+        return cls(family=payload["family"], target=TargetShape(**payload["target"]),
+                   feature_layers=tuple(int(i) for i in payload["feature_layers"]), arch=dict(payload["arch"]),
+                   training=dict(payload.get("training", {})), target_name=payload.get("target_name", ""),
+                   format_version=int(payload.get("format_version", FORMAT_VERSION)))
+
+
+def fused_layers(num_layers: int) -> tuple[int, ...]:
+    """Low, middle and high feature layers (EAGLE-3 style); the high one is the final, normed state."""
+    return tuple(sorted({1, max(1, num_layers // 2), num_layers}))
+
+
+class TargetParts:
+    """The target's embedding table and LM head, borrowed by a head (never copied or trained)."""
+
+    def __init__(self, embedding: nn.Module, lm_head: nn.Module) -> None:
+        self.embedding = embedding
+        self.lm_head = lm_head
+
+    @classmethod
+    def of(cls, target: nn.Module) -> TargetParts:
+        return cls(target.get_input_embeddings(), target.get_output_embeddings())
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.weight.device
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(...,) token ids -> (..., H)."""
+        return self.embedding(ids.to(self.device))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> (..., V) float32."""
+        return self.lm_head(hidden).float()
+
+
+def pick(logits: torch.Tensor, sampler: TokenSampler) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens and q from logits (..., V): q is warped exactly like the target's p, so sampling stays lossless."""
+    q = sampler.probs(logits)  # (..., V)
+    return sampler.pick(q), q
+
+
+def as_draft(tokens: list[torch.Tensor] | torch.Tensor, rows: list[torch.Tensor] | torch.Tensor) -> Draft:
+    tokens = torch.stack(tokens) if isinstance(tokens, list) else tokens  # (K,)
+    rows = torch.stack(rows) if isinstance(rows, list) else rows  # (K, V)
+    return Draft(tokens.reshape(-1).cpu(), rows.reshape(tokens.numel(), -1))
+
+
+def has_features(features: list[torch.Tensor] | None) -> bool:
+    return bool(features) and features[0].shape[0] > 0
+
+
+def fuse_input(features: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate the chosen layers: each (..., T, H) -> (..., T, n*H)."""
+    return torch.cat(list(features), dim=-1)

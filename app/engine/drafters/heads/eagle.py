@@ -1,0 +1,107 @@
+"""EAGLE-style drafter (EAGLE-3 flavour): one decoder layer, autoregressive over its own features.
+
+Notation as in `common`. The target's low, middle and high hidden states are
+fused into one feature, then each row reads the token that follows it:
+
+    g_i = F [ h^low_i ; h^mid_i ; h^high_i ]        # (3H -> H), i <= N-2
+    u_i = P [ emb(x_{i+1}) ; g_i ]                  # (2H -> H)
+    o_i = Block(u)_i                                # causal, window W
+    logits_i = lm_head(norm(o_i))                   # predicts x_{i+2}
+
+Row N-2 (fed x_{N-1}) drafts x_N. Each further step s >= 1 appends one row at
+position N-2+s whose feature is the drafter's own output o of the previous
+row (not a target feature, which does not exist yet) and whose token is the
+previous draft. Training unrolls exactly these steps ("training-time test").
+
+The drafter keeps the keys and values of its rows for committed positions
+(row i is a function of x_0 .. x_{i+1}), crops them to the prefix shared with
+the new sequence after a rollback, and adds the rows of new committed tokens;
+draft rows are thrown away after each proposal.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from app.engine.cached_model import common_prefix_length
+from app.engine.drafters.base import Draft
+from app.engine.drafters.heads.common import (
+    HeadConfig, TargetParts, as_draft, fuse_input, has_features, pick,
+)
+from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
+from app.engine.sampling import TokenSampler
+
+FAMILY = "eagle"
+
+
+class EagleHead(nn.Module):
+    def __init__(self, hidden_size: int, num_features: int = 3, heads: int = 3, intermediate: int = 512,
+                 window: int = 128) -> None:
+        super().__init__()
+        self.window = window
+        self.fuse = nn.Linear(num_features * hidden_size, hidden_size, bias=False)
+        self.proj = nn.Linear(2 * hidden_size, hidden_size, bias=False)
+        self.block = Block(hidden_size, heads, intermediate)
+        self.out_norm = RMSNorm(hidden_size)
+
+    def rows(self, embedded: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
+        """Inputs u (..., T, H) from token embeddings and (fused or own) features, both (..., T, H)."""
+        return self.proj(torch.cat([embedded, feature], dim=-1))
+
+    def step(self, u: torch.Tensor, positions: torch.Tensor, memory: KeysValues) -> tuple[torch.Tensor, KeysValues]:
+        """Rows u (T, H) at `positions` after the rows in `memory` -> outputs o (T, H), memory with them."""
+        memory = memory.cat(self.block.keys_values(u, positions)) if memory is not None \
+            else self.block.keys_values(u, positions)
+        visible = memory.tail(self.window + positions.numel())
+        return self.block(u, positions, visible, window_mask(positions, visible.positions, self.window)), memory
+
+
+class EagleDrafter:
+    def __init__(self, name: str, module: EagleHead, parts: TargetParts, config: HeadConfig) -> None:
+        self.name = name
+        self.module = module
+        self.parts = parts
+        self.feature_layers = config.feature_layers  # low, mid, high
+        self.reset()
+
+    def reset(self) -> None:
+        self.seen = torch.empty(0, dtype=torch.long)  # tokens x_0 .. x_L whose rows 0 .. L-1 are cached
+        self.memory: KeysValues | None = None
+
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
+                features: list[torch.Tensor] | None = None) -> Draft | None:
+        if not has_features(features):
+            return None
+        with torch.inference_mode():
+            output = self._catch_up(ids, features)  # (H,) o of row N-2
+            return self._draft(ids, k, sampler, output)
+
+    def _catch_up(self, ids: torch.Tensor, features: list[torch.Tensor]) -> torch.Tensor:
+        """Cache the rows of all committed positions 0 .. N-2; the output of the last one."""
+        n_rows = features[0].shape[0]
+        # Row i depends on x_0 .. x_{i+1}; recompute at least the last row to get its output.
+        cached = len(self.memory) if self.memory is not None else 0
+        valid = max(0, min(common_prefix_length(self.seen, ids) - 1, n_rows - 1, cached))
+        memory = self.memory.head(valid) if valid else None
+        fused = self.module.fuse(fuse_input([f[valid:] for f in features]))  # (T, H)
+        u = self.module.rows(self.parts.embed(ids[valid + 1: n_rows + 1]), fused)  # (T, H)
+        positions = torch.arange(valid, n_rows, device=fused.device)
+        output, self.memory = self.module.step(u, positions, memory)
+        self.seen = ids[: n_rows + 1].clone()
+        return output[-1]
+
+    def _draft(self, ids: torch.Tensor, k: int, sampler: TokenSampler, output: torch.Tensor) -> Draft:
+        memory, position = self.memory, ids.numel() - 2  # position of the row that produced `output`
+        tokens, rows = [], []
+        for step in range(k):
+            token, q = pick(self.parts.logits(self.module.out_norm(output)), sampler)  # (), (V,)
+            tokens.append(token)
+            rows.append(q)
+            if step + 1 < k:
+                position += 1
+                u = self.module.rows(self.parts.embed(token.view(1)), output.view(1, -1))  # (1, H)
+                positions = torch.tensor([position], device=u.device)
+                out, memory = self.module.step(u, positions, memory)
+                output = out[-1]
+        return as_draft(tokens, rows)

@@ -1,0 +1,67 @@
+"""Medusa heads: K residual blocks on the target's last hidden state, drafting all K tokens in one step.
+
+Notation as in `common`: with t = N-2 the last position the target has seen,
+head k (k = 0 .. K-1) predicts x_{t+k+2} = x_{N+k} from h_t alone:
+
+    logits_k = lm_head(h_t + SiLU(W_k h_t + b_k))        # (V,)
+
+The vocabulary projection is the target's own LM head (shared at load time;
+the original Medusa gives every head its own copy, initialised from it). That
+keeps each head at H*(H+1) parameters instead of H*(H+V). W_k starts at zero,
+so an untrained head repeats the target's next-token guess. The target's
+logits at t already chose x_{N-1}, so head 0 drafts the token after it.
+
+Chain drafting takes each head's top-1 (greedy) or one sample from each
+head's warped q (sampling); heads do not see each other's drafts, which keeps
+the rejection rule exact because each token is drawn from the q reported.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from app.engine.drafters.base import Draft
+from app.engine.drafters.heads.common import HeadConfig, TargetParts, as_draft, has_features, pick
+from app.engine.sampling import TokenSampler
+
+FAMILY = "medusa"
+
+
+class MedusaHeads(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int = 4) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
+        for head in self.heads:
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.heads)
+
+    def forward(self, hidden: torch.Tensor, count: int | None = None) -> torch.Tensor:
+        """(..., H) last hidden states -> (..., K', H) inputs of the LM head for the first K' heads."""
+        heads = self.heads[: count or self.num_heads]
+        return torch.stack([hidden + F.silu(head(hidden)) for head in heads], dim=-2)
+
+
+class MedusaDrafter:
+    def __init__(self, name: str, module: MedusaHeads, parts: TargetParts, config: HeadConfig) -> None:
+        self.name = name
+        self.module = module
+        self.parts = parts
+        self.feature_layers = config.feature_layers  # (num_layers,): the final, normed hidden state
+
+    def reset(self) -> None:
+        pass  # stateless: everything comes from the target's features
+
+    def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
+                features: list[torch.Tensor] | None = None) -> Draft | None:
+        if not has_features(features):
+            return None
+        with torch.inference_mode():
+            hidden = self.module(features[0][-1], min(k, self.module.num_heads))  # (K', H)
+            tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
+        return as_draft(tokens, q)

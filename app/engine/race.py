@@ -1,0 +1,163 @@
+"""Race: the same prompt by plain autoregressive decoding and by a speculative set-up, on one machine.
+
+Two `SpeculativeDecoder`s share the loaded models (each has its own target
+cache and drafters). Running them at the same time would let each slow the
+other down, so the race steps them one at a time and gives each lane its own
+clock that counts only the time spent inside that lane's generator. The lane
+whose clock is behind always runs next, so both clocks advance together and
+a view can replay the two streams in real time with little lag.
+
+Under greedy (and under ASD with B = 0) the two texts must be identical;
+ASD with B > 0 changes the text on purpose, sampling draws differently, so
+the result reports where the token sequences first differ and their token
+edit distance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from app.engine.decoder import SpeculativeDecoder
+from app.engine.events import EndEvent, Event
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+
+PLAIN = "plain"
+SPECULATIVE = "speculative"
+LANES = (PLAIN, SPECULATIVE)
+# Levenshtein is O(n m); beyond this many cells the distance is not computed (reported as None).
+EDIT_DISTANCE_CELLS = 4_000_000
+
+
+@dataclass(frozen=True)
+class RaceEvent:
+    """One engine event of one lane, stamped with that lane's own clock."""
+
+    lane: str
+    event: Event
+    clock_s: float  # the lane's compute time up to and including this event
+    type: str = "race"
+
+
+@dataclass(frozen=True)
+class LaneResult:
+    lane: str
+    reason: str
+    token_ids: tuple[int, ...]
+    text: str
+    passes: int
+    wall_s: float  # the lane's own clock at its end
+    error: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    plain: LaneResult
+    speculative: LaneResult
+    must_match: bool  # the rule promises identical texts (greedy, or ASD with B = 0)
+    first_divergence: int | None  # first generated-token index where the two differ; None if identical
+    edit_distance: int | None  # token-level Levenshtein distance; None if too long to compute
+    type: str = "race_end"
+
+    @property
+    def identical(self) -> bool:
+        return self.first_divergence is None
+
+    @property
+    def speedup(self) -> float | None:
+        """Plain wall time over speculative wall time."""
+        return self.plain.wall_s / self.speculative.wall_s if self.speculative.wall_s > 0 else None
+
+
+def baseline_settings(settings: DecodeSettings) -> DecodeSettings:
+    """Plain decoding with the same length, seed and warping: no drafter, strict greedy for greedy and ASD."""
+    return settings.with_changes(drafters=(), verify="greedy" if settings.is_greedy else "sample", adaptive_k=False)
+
+
+def promises_identical(settings: DecodeSettings) -> bool:
+    if settings.verify == "greedy":
+        return True
+    return settings.verify == "asd" and (settings.asd.budget == 0 or settings.asd.gate == 0 or settings.asd.cap == 0)
+
+
+def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """Index of the first differing token (the shorter length if one is a prefix of the other)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def token_edit_distance(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """Levenshtein distance in tokens; the common prefix and suffix are stripped first (they cost nothing)."""
+    start = first_divergence(a, b)
+    if start is None:
+        return 0
+    a, b = a[start:], b[start:]
+    while a and b and a[-1] == b[-1]:
+        a, b = a[:-1], b[:-1]
+    if len(a) * len(b) > EDIT_DISTANCE_CELLS:
+        return None
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+class _Lane:
+    """One generator and its own clock."""
+
+    def __init__(self, name: str, events: Iterator[Event]) -> None:
+        self.name = name
+        self.events = events
+        self.clock_s = 0.0
+        self.end: EndEvent | None = None
+
+    def advance(self) -> RaceEvent:
+        started = time.perf_counter()
+        try:
+            event = next(self.events)
+        finally:
+            self.clock_s += time.perf_counter() - started
+        if isinstance(event, EndEvent):
+            self.end = event
+        return RaceEvent(self.name, event, self.clock_s)
+
+    def result(self) -> LaneResult:
+        end = self.end
+        return LaneResult(self.name, end.reason, end.token_ids, end.text, end.passes, self.clock_s, end.error)
+
+
+class Race:
+    """Has the `generate` shape of `SpeculativeDecoder`, so the generation worker thread can run it."""
+
+    def __init__(self, models) -> None:
+        self.models = models
+
+    def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
+                 chat_template: bool = False) -> Iterator[RaceEvent | RaceResult]:
+        """Validate now (raising like `SpeculativeDecoder.generate`), then stream the interleaved lanes."""
+        settings = live.get() if isinstance(live, LiveSettings) else live  # one set-up for the whole race
+        control = control or GenerationControl()
+        lanes = [
+            _Lane(PLAIN, SpeculativeDecoder(self.models).generate(prompt, baseline_settings(settings), control,
+                                                                  chat_template)),
+            _Lane(SPECULATIVE, SpeculativeDecoder(self.models).generate(prompt, settings, control, chat_template)),
+        ]
+        return self._run(lanes, promises_identical(settings))
+
+    def _run(self, lanes: list[_Lane], must_match: bool) -> Iterator[RaceEvent | RaceResult]:
+        while any(lane.end is None for lane in lanes):
+            behind = min((lane for lane in lanes if lane.end is None), key=lambda lane: lane.clock_s)
+            yield behind.advance()
+        plain, speculative = (lane.result() for lane in lanes)
+        yield RaceResult(plain, speculative, must_match, first_divergence(plain.token_ids, speculative.token_ids),
+                         token_edit_distance(plain.token_ids, speculative.token_ids))

@@ -1,0 +1,392 @@
+"""Pass inspector: everything one verification pass decided, and why, from its PassEvent.
+
+Top to bottom: the draft block as a row of coloured tokens; a table with one
+row per drafted position (p(x), q(x), p/q, min(1, p/q), u, the target's
+argmax, the ASD checks, the verdict) and a last row for the token the target
+appended; bars of the top of p (target) and q (drafter) at the selected row
+with the drafted token outlined; at the first rejection under sampling the
+residual norm(max(0, p - q)) with the token sampled from it; the ASD ledger;
+and a plain-language paragraph (`app.engine.explain`).
+
+Every number comes from the event (see `app.engine.explain.inspect_pass`);
+cells keep the exact float in `VALUE_ROLE` so tests can compare them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QTextCharFormat
+from PySide6.QtWidgets import (
+    QAbstractItemView, QHeaderView, QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from app.engine.events import PassEvent, TokenProb
+from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass
+from app.widgets import token_style as ts
+
+VALUE_ROLE = Qt.ItemDataRole.UserRole
+P_COLOUR = "#0072B2"  # target
+Q_COLOUR = "#E69F00"  # drafter
+R_COLOUR = "#009E73"  # residual
+HIGHLIGHT_PEN = pg.mkPen("#000000", width=2.5)
+COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argmax", "regret r",
+           "q_i = K−i", "r / q_i  vs g", "mismatches vs M", "C_i vs rem", "verdict")
+(COL_POS, COL_TOKEN, COL_P, COL_Q, COL_RATIO, COL_ACCEPT, COL_U, COL_TARGET, COL_REGRET, COL_SUFFIX, COL_GATE,
+ COL_CAP, COL_COST, COL_VERDICT) = range(len(COLUMNS))
+SAMPLING_ONLY = (COL_ACCEPT, COL_U)
+ASD_ONLY = (COL_REGRET, COL_SUFFIX, COL_GATE, COL_CAP, COL_COST)
+TOKEN_LABEL_CHARS = 10
+
+
+def number_text(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.4g}"
+
+
+def token_label(text: str, token_id: int) -> str:
+    """Visible text of a token: whitespace made visible, empty (partial UTF-8) tokens shown by id."""
+    if not text:
+        return f"#{token_id}"
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    if shown.startswith(" "):
+        shown = "␣" + shown[1:]
+    return shown if len(shown) <= TOKEN_LABEL_CHARS else shown[: TOKEN_LABEL_CHARS - 1] + "…"
+
+
+class BarChart(pg.PlotWidget):
+    """Grouped bars over a few tokens; one BarGraphItem per series, reused on every update."""
+
+    def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
+        super().__init__(parent=parent, title=title)
+        self.setBackground(None)
+        self.setMinimumHeight(170)
+        self.getPlotItem().showGrid(y=True, alpha=0.2)
+        self.setYRange(0, 1)
+        self.getPlotItem().setMouseEnabled(x=False, y=False)
+        self.addLegend(offset=(5, 5))
+        self.width_each = 0.8 / len(names)
+        self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
+                       for name, colour in zip(names, colours)}
+        self.colours = dict(zip(names, colours))
+        for item in self.series.values():
+            self.addItem(item)
+
+    def show_bars(self, labels: list[str], values: dict[str, list[float]], highlight: int | None) -> None:
+        x = np.arange(len(labels), dtype=float)
+        for slot, (name, item) in enumerate(self.series.items()):
+            heights = np.asarray(values.get(name, [math.nan] * len(labels)), dtype=float)
+            shown = ~np.isnan(heights)  # unknown values (outside a stored top) get no bar rather than a zero
+            offset = (slot - (len(self.series) - 1) / 2) * self.width_each
+            # pyqtgraph 0.14 fails on an empty `pens` list, so no bars means no per-bar pens
+            pens = [HIGHLIGHT_PEN if i == highlight else pg.mkPen(None) for i in np.flatnonzero(shown)] or None
+            item.setOpts(x=x[shown] + offset, height=heights[shown], width=self.width_each,
+                         brush=self.colours[name], pens=pens)
+        self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels))])
+        self.setXRange(-0.6, max(len(labels), 1) - 0.4, padding=0)
+
+    def heights(self, name: str) -> list[float]:
+        """Bar heights drawn for one series (for tests)."""
+        height = self.series[name].opts.get("height")
+        return [] if height is None else [float(h) for h in height]
+
+
+class PassInspector(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._session = None
+        self._token_text: Callable[[int], str] = lambda token_id: f"#{token_id}"
+        self.inspection: PassInspection | None = None
+        self.header = _wrapping_label("Click a token in the text (or Step a paused run) to inspect its pass.")
+        self.block = _wrapping_label("")
+        self.block.setTextFormat(Qt.TextFormat.RichText)
+        self.table = self._build_table()
+        self.bars = BarChart("Top of p (target) and q (drafter) at the selected row", ("p", "q"),
+                             (P_COLOUR, Q_COLOUR))
+        self.residual_title = _wrapping_label("")
+        self.residual = BarChart("Residual norm(max(0, p − q)) at the first rejection", ("p", "q", "residual"),
+                                 (P_COLOUR, Q_COLOUR, R_COLOUR))
+        self.ledger = _wrapping_label("")
+        self.paragraph = _wrapping_label("")
+        self.paragraph.setObjectName("passExplanation")
+        self._layout()
+        self.clear()
+
+    # --- construction -----------------------------------------------------------
+    def _build_table(self) -> QTableWidget:
+        table = QTableWidget(0, len(COLUMNS))
+        table.setHorizontalHeaderLabels(COLUMNS)
+        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        table.verticalHeader().hide()
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        table.setMinimumHeight(150)
+        table.currentCellChanged.connect(lambda row, *_: self.select_row(row))
+        return table
+
+    def _layout(self) -> None:
+        content = QWidget()
+        column = QVBoxLayout(content)
+        for part in (self.header, self.block, self.table, self.bars, self.residual_title, self.residual,
+                     self.ledger, self.paragraph):
+            column.addWidget(part)
+        column.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
+
+    # --- binding ------------------------------------------------------------------
+    def set_session(self, session) -> None:
+        self._session = session
+        session.sig_started.connect(lambda _event: self.clear())
+
+    def set_token_text(self, token_text: Callable[[int], str]) -> None:
+        """How to spell a token id (the tokenizer's decode); ids are shown as #id without it."""
+        self._token_text = token_text
+
+    def clear(self) -> None:
+        self.inspection = None
+        self.table.setRowCount(0)
+        self.block.setText("")
+        self.bars.show_bars([], {}, None)
+        self._show_residual(None)
+        self.ledger.hide()
+        self.paragraph.setText("")
+
+    # --- showing a pass -------------------------------------------------------------
+    def show_pass(self, index: int) -> None:
+        """Show the pass with this index from the bound session (a token was clicked, or a step ran)."""
+        if self._session is None:
+            return
+        passes = self._session.passes
+        event = passes[index] if 0 <= index < len(passes) and passes[index].index == index else next(
+            (p for p in passes if p.index == index), None)
+        if event is not None:
+            self.show_event(event)
+
+    def show_event(self, event: PassEvent) -> None:
+        self.inspection = inspection = inspect_pass(event)
+        self.header.setText(_header_text(event))
+        self.block.setText(self._block_html(event))
+        self._fill_table(inspection)
+        self._show_residual(inspection)
+        self._show_ledger(inspection)
+        self.paragraph.setText(explain_pass(event, self._text_of))
+        self.table.selectRow(self._default_row(inspection))
+
+    def _text_of(self, token_id: int) -> str:
+        try:
+            return self._token_text(token_id)
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot spell an id must not break the inspector
+            return f"#{token_id}"
+
+    @staticmethod
+    def _default_row(inspection: PassInspection) -> int:
+        """The first rejection if any (the interesting row), else the appended token's row."""
+        if inspection.first_rejection is not None:
+            return inspection.first_rejection
+        return len(inspection.positions)
+
+    # --- the draft block ---------------------------------------------------------------
+    def _block_html(self, event: PassEvent) -> str:
+        dark = ts.is_dark(self.palette())
+        chips = [_chip(t.text, t.id, t.outcome, dark) for t in event.drafted]
+        if event.appended is not None:
+            chips.append("→ " + _chip(event.appended.text, event.appended.id, event.appended.kind, dark))
+        return "Draft block: " + " ".join(chips) if chips else ""
+
+    # --- the table ------------------------------------------------------------------------
+    def _fill_table(self, inspection: PassInspection) -> None:
+        event = inspection.event
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(inspection.positions) + (1 if event.appended is not None else 0))
+        for position in inspection.positions:
+            self._fill_position(position, event.verify)
+        if event.appended is not None:
+            self._fill_appended(len(inspection.positions), event)
+        for col in range(len(COLUMNS)):
+            hidden = (col in SAMPLING_ONLY and event.verify != "sample") or (col in ASD_ONLY and event.verify != "asd")
+            self.table.setColumnHidden(col, hidden)
+        self.table.blockSignals(False)
+
+    def _fill_position(self, position: PositionView, verify: str) -> None:
+        row, token = position.index, position.token
+        self._set(row, COL_POS, str(row + 1), row + 1)
+        self._set(row, COL_TOKEN, token_label(token.text, token.id), token.id, ts.ACCEPTED
+                  if token.outcome == "accepted" else token.outcome)
+        self._set_number(row, COL_P, token.p)
+        self._set_number(row, COL_Q, token.q)
+        if token.q is None:
+            self._set(row, COL_Q, "1 (one-hot)", None)
+        self._set_number(row, COL_RATIO, position.ratio)
+        self._set_number(row, COL_ACCEPT, position.accept_prob)
+        self._set_number(row, COL_U, position.u)
+        match = "✓" if token.target_id == token.id else "✗"
+        self._set(row, COL_TARGET, f"{token_label(self._text_of(token.target_id), token.target_id)} {match}",
+                  token.target_id)
+        if position.asd is not None:
+            self._fill_asd(row, position)
+        self._set(row, COL_VERDICT, position.verdict, position.verdict, token.outcome)
+
+    def _fill_asd(self, row: int, position: PositionView) -> None:
+        check = position.asd
+        self._set_number(row, COL_REGRET, check.regret)
+        self._set(row, COL_SUFFIX, str(check.suffix_value), check.suffix_value)
+        mark = lambda ok: ("✓" if ok else "✗") if check.mismatch else "(match)"  # noqa: E731 - one-line helper
+        self._set(row, COL_GATE, f"{number_text(check.gate_ratio)} vs {number_text(check.gate)} {mark(check.gate_ok)}",
+                  check.gate_ratio)
+        self._set(row, COL_CAP, f"{check.block_mismatches} vs {check.cap} {mark(check.cap_ok)}", check.block_mismatches)
+        self._set(row, COL_COST, f"{number_text(check.cost)} vs {number_text(check.remaining)} "
+                                 f"{mark(check.affordable)}", check.cost)
+
+    def _fill_appended(self, row: int, event: PassEvent) -> None:
+        appended = event.appended
+        for col in range(len(COLUMNS)):
+            self._set(row, col, "", None)
+        self._set(row, COL_POS, "+", None)
+        self._set(row, COL_TOKEN, token_label(appended.text, appended.id), appended.id, appended.kind)
+        self._set_number(row, COL_P, appended.p)
+        self._set(row, COL_VERDICT, ts.LABELS.get(appended.kind, appended.kind), appended.kind, appended.kind)
+
+    def _set_number(self, row: int, col: int, value: float | None) -> None:
+        self._set(row, col, number_text(value), value)
+
+    def _set(self, row: int, col: int, text: str, value, style: str | None = None) -> None:
+        item = QTableWidgetItem(text)
+        item.setData(VALUE_ROLE, value)
+        if style in ts.LOOKS:
+            colour = ts.LOOKS[style].dark if ts.is_dark(self.palette()) else ts.LOOKS[style].light
+            if colour:
+                item.setForeground(QColor(colour))
+        self.table.setItem(row, col, item)
+
+    def value(self, row: int, col: int):
+        """The exact value behind a cell (for tests and tooltips)."""
+        item = self.table.item(row, col)
+        return None if item is None else item.data(VALUE_ROLE)
+
+    # --- the bars of the selected row ---------------------------------------------------------
+    def select_row(self, row: int) -> None:
+        """Draw the top of p and q for table row `row` (a drafted position, or the appended token's row)."""
+        inspection = self.inspection
+        if inspection is None or row < 0 or row >= self.table.rowCount():
+            return
+        detail = inspection.event.detail
+        if row < len(inspection.positions):
+            token = inspection.positions[row].token
+            p_row, q_row, chosen = row, row, {token.id: (token.p, inspection.positions[row].q_effective)}
+        else:  # the appended token was scored on row a (correction) or K (bonus)
+            appended = inspection.event.appended
+            p_row, q_row, chosen = inspection.event.n_accepted, None, {appended.id: (appended.p, math.nan)}
+        p_top = _row(detail.p_top, p_row) if detail is not None else ()
+        q_top = _row(detail.q_top, q_row) if detail is not None and q_row is not None else ()
+        if q_row is not None and inspection.positions[row].token.q is None:
+            q_top = (TokenProb(inspection.positions[row].token.id, 1.0),)  # one-hot drafter
+        labels, values, highlight = self._union_bars(p_top, q_top, chosen)
+        self.bars.show_bars(labels, values, highlight)
+
+    def _union_bars(self, p_top, q_top, chosen: dict[int, tuple[float, float]]):
+        p = {t.id: t.prob for t in p_top}
+        q = {t.id: t.prob for t in q_top}
+        for token_id, (p_x, q_x) in chosen.items():
+            p.setdefault(token_id, p_x)
+            if not math.isnan(q_x):
+                q.setdefault(token_id, q_x)
+        ids = sorted(set(p) | set(q), key=lambda i: (-p.get(i, 0.0), -q.get(i, 0.0), i))
+        labels = [token_label(self._text_of(i), i) for i in ids]
+        values = {"p": [p.get(i, math.nan) for i in ids], "q": [q.get(i, math.nan) for i in ids]}
+        return labels, values, ids.index(next(iter(chosen)))
+
+    # --- the residual --------------------------------------------------------------------------
+    def _show_residual(self, inspection: PassInspection | None) -> None:
+        detail = inspection.event.detail if inspection is not None else None
+        visible = detail is not None and bool(detail.residual)
+        self.residual.setVisible(visible)
+        self.residual_title.setVisible(visible)
+        if not visible:
+            self.residual.show_bars([], {}, None)
+            return
+        entries = list(detail.residual)
+        sampled = inspection.event.appended.id if inspection.event.appended is not None else None
+        labels = [token_label(self._text_of(e.id), e.id) for e in entries] + ["other tokens"]
+        values = {"p": [e.p for e in entries] + [math.nan], "q": [e.q for e in entries] + [math.nan],
+                  "residual": [e.r for e in entries] + [detail.residual_other]}
+        highlight = next((i for i, e in enumerate(entries) if e.id == sampled), None)
+        self.residual.show_bars(labels, values, highlight)
+        self.residual_title.setText(_residual_text(inspection, sampled, self._text_of))
+
+    def residual_shown(self) -> dict[str, list[float]]:
+        """The residual chart's drawn bars by series (for tests)."""
+        return {name: self.residual.heights(name) for name in ("p", "q", "residual")}
+
+    # --- the ASD ledger --------------------------------------------------------------------------
+    def _show_ledger(self, inspection: PassInspection) -> None:
+        ledger = inspection.ledger
+        self.ledger.setVisible(ledger is not None)
+        if ledger is None:
+            return
+        detail = inspection.event.detail
+        knobs = "" if detail is None or detail.asd_gate is None else f" · g = {detail.asd_gate:g}, M = {detail.asd_cap}"
+        self.ledger.setText(
+            f"ASD ledger: {number_text(ledger.before)} → {number_text(ledger.after)} of B = {number_text(ledger.budget)}"
+            f" (rem at block start {number_text(ledger.remaining_before)}) · exceptions {ledger.exceptions_before} → "
+            f"{ledger.exceptions_after}{knobs}")
+
+
+def _row(rows: tuple, index: int) -> tuple:
+    return rows[index] if 0 <= index < len(rows) else ()
+
+
+def _wrapping_label(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
+def _header_text(event: PassEvent) -> str:
+    drafter = event.drafter or "no drafter"
+    return (f"Pass {event.index} · {drafter} · K = {event.k} · verify {event.verify} · {len(event.drafted)} drafted, "
+            f"{event.n_accepted} accepted, {len(event.committed_ids)} committed")
+
+
+def _chip(text: str, token_id: int, style: str, dark: bool) -> str:
+    look = ts.LOOKS.get(style, ts.LOOKS[ts.TARGET])
+    css = []
+    colour = look.dark if dark else look.light
+    tint = look.tint_dark if dark else look.tint_light
+    if colour:
+        css.append(f"color:{colour}")
+    if tint:
+        css.append(f"background-color:{tint}")
+    if look.bold:
+        css.append("font-weight:bold")
+    if look.italic:
+        css.append("font-style:italic")
+    decorations = [name for name, on in (("line-through", look.strike),
+                                         ("underline", look.underline != QTextCharFormat.UnderlineStyle.NoUnderline))
+                   if on]
+    if decorations:
+        css.append("text-decoration:" + " ".join(decorations))
+    title = html.escape(ts.LABELS.get(style, style))
+    return f'<span style="{";".join(css)}" title="{title}">&nbsp;{html.escape(token_label(text, token_id))}&nbsp;</span>'
+
+
+def _residual_text(inspection: PassInspection, sampled: int | None, text_of) -> str:
+    detail = inspection.event.detail
+    n = inspection.first_rejection
+    shown = sum(e.r for e in detail.residual)
+    z = "" if detail.residual_norm is None else f"; before normalising it summed to {detail.residual_norm:.4g}"
+    token = "" if sampled is None else f"; the sampled token (outlined) is {token_label(text_of(sampled), sampled)}"
+    return (f"Residual at position {(n or 0) + 1}: zero wherever q ≥ p; shown tokens {shown:.4f} + other tokens "
+            f"{detail.residual_other:.4f} = {shown + detail.residual_other:.4f}{z}{token}.")

@@ -1,0 +1,264 @@
+"""Race view: plain autoregressive decoding against the current speculative set-up, side by side.
+
+The race itself runs in the engine (`app.engine.race`) in a worker thread:
+the two lanes take turns and each clock counts only its own work. This view
+replays the two streams by those clocks in real time: at display time t it
+shows each lane's events whose clock is <= t. While the race is still being
+computed, t never passes the slower-known lane's clock (the "frontier"), so
+neither lane is shown ahead of what has been measured; afterwards the
+Replay button plays the finished race again from the start.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import (
+    QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget,
+)
+
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, EndEvent, PassEvent, StartEvent
+from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
+from app.widgets import token_style as ts
+
+TICK_MS = 33
+LANE_TITLES = {PLAIN: "Plain autoregressive decoding (target only)", SPECULATIVE: "Speculative decoding"}
+
+
+class RaceTimeline:
+    """The race's events per lane, and which of them a replay has shown (no Qt)."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[RaceEvent]] = {lane: [] for lane in LANES}
+        self.ended: dict[str, bool] = {lane: False for lane in LANES}
+        self.shown: dict[str, int] = {lane: 0 for lane in LANES}
+        self.result: RaceResult | None = None
+
+    def add(self, item: RaceEvent) -> None:
+        self.events[item.lane].append(item)
+        if isinstance(item.event, EndEvent):
+            self.ended[item.lane] = True
+
+    def frontier(self) -> float:
+        """Display time up to which every lane's events are known."""
+        clocks = [self._last_clock(lane) for lane in LANES if not self.ended[lane]]
+        return min(clocks) if clocks else math.inf
+
+    def _last_clock(self, lane: str) -> float:
+        return self.events[lane][-1].clock_s if self.events[lane] else 0.0
+
+    def due(self, lane: str, t: float) -> list[RaceEvent]:
+        """Events of `lane` with clock <= t not shown yet; marks them shown."""
+        events = self.events[lane]
+        start = end = self.shown[lane]
+        while end < len(events) and events[end].clock_s <= t:
+            end += 1
+        self.shown[lane] = end
+        return events[start:end]
+
+    def end_clock(self, lane: str) -> float | None:
+        return self._last_clock(lane) if self.ended[lane] else None
+
+    def all_shown(self) -> bool:
+        return self.result is not None and all(self.shown[lane] == len(self.events[lane]) for lane in LANES)
+
+    def rewind(self) -> None:
+        self.shown = {lane: 0 for lane in LANES}
+
+
+class LanePanel(QGroupBox):
+    """One lane: its token stream (styled like the main view), clock and counters."""
+
+    def __init__(self, lane: str, parent=None) -> None:
+        super().__init__(LANE_TITLES[lane], parent)
+        self.lane = lane
+        self.stream = QPlainTextEdit()
+        self.stream.setReadOnly(True)
+        self.stream.setUndoRedoEnabled(False)
+        self.clock = QLabel()
+        self.clock.setObjectName(f"{lane}Clock")
+        self._formats = ts.make_formats(ts.is_dark(self.palette()))
+        column = QVBoxLayout(self)
+        column.addWidget(self.stream, 1)
+        column.addWidget(self.clock)
+        self.clear()
+
+    def clear(self) -> None:
+        self.stream.clear()
+        self._cursor = QTextCursor(self.stream.document())
+        self.tokens = 0
+        self.passes = 0
+        self.show_clock(0.0)
+
+    def add(self, event) -> None:
+        if isinstance(event, StartEvent):
+            self._cursor.insertText(event.prompt_text, self._formats[ts.PROMPT])
+        elif isinstance(event, PassEvent):
+            self._add_pass(event)
+
+    def _add_pass(self, event: PassEvent) -> None:
+        self.passes += 1
+        self.tokens += len(event.committed_ids)
+        for token in event.drafted:
+            if token.outcome in (ACCEPTED, ASD_EXCEPTION):
+                self._cursor.insertText(token.text, self._formats[token.outcome])
+        if event.appended is not None:
+            self._cursor.insertText(event.appended.text, self._formats.get(event.appended.kind, self._formats[ts.TARGET]))
+
+    def show_clock(self, seconds: float) -> None:
+        rate = self.tokens / seconds if seconds > 0 else 0.0
+        self.clock.setText(f"{seconds:6.2f} s · {self.tokens} tokens · {self.passes} passes · {rate:.1f} tokens/s")
+
+    @property
+    def text(self) -> str:
+        return self.stream.toPlainText()
+
+
+class RaceView(QWidget):
+    sig_start_requested = Signal()  # the window starts a race with the current prompt and settings
+    sig_stop_requested = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.timeline = RaceTimeline()
+        self.error: str | None = None
+        self._replay_started = 0.0
+        self._timer = QTimer(self)
+        self._timer.setInterval(TICK_MS)
+        self._timer.timeout.connect(self.tick)
+        self.start_button = QPushButton("Race")
+        self.start_button.setToolTip("Decode the prompt plainly and with the current speculative set-up, side by side")
+        self.stop_button = QPushButton("Stop")
+        self.replay_button = QPushButton("Replay")
+        self.start_button.clicked.connect(self.sig_start_requested)
+        self.stop_button.clicked.connect(self.sig_stop_requested)
+        self.replay_button.clicked.connect(self.replay)
+        self.lanes = {lane: LanePanel(lane) for lane in LANES}
+        self.setup = QLabel()
+        self.setup.setWordWrap(True)
+        self.verdict = QLabel("Each lane has its own clock that counts only its own work: the two runs take turns "
+                              "on this machine and are replayed here in real time.")
+        self.verdict.setWordWrap(True)
+        self.verdict.setObjectName("raceVerdict")
+        self._layout()
+        self.set_running(False)
+
+    def _layout(self) -> None:
+        buttons = QHBoxLayout()
+        for button in (self.start_button, self.stop_button, self.replay_button):
+            buttons.addWidget(button)
+        buttons.addWidget(self.setup, 1)
+        lanes = QHBoxLayout()
+        for panel in self.lanes.values():
+            lanes.addWidget(panel, 1)
+        column = QVBoxLayout(self)
+        column.addLayout(buttons)
+        column.addLayout(lanes, 1)
+        column.addWidget(self.verdict)
+
+    def set_running(self, running: bool) -> None:
+        self._running = running
+        self.start_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.replay_button.setEnabled(not running and self.timeline.result is not None)
+
+    # --- feeding --------------------------------------------------------------------------------
+    def begin(self, description: str) -> None:
+        """A race starts: forget the previous one and replay the new one as it comes."""
+        self.timeline = RaceTimeline()
+        self.error = None
+        self.setup.setText(html.escape(description))
+        self.verdict.setText("Racing…")
+        self.lanes[SPECULATIVE].setTitle(f"{LANE_TITLES[SPECULATIVE]}: {description}")
+        self._restart_replay()
+        self.set_running(True)
+
+    def on_event(self, item) -> None:
+        if isinstance(item, RaceEvent):
+            self.timeline.add(item)
+        elif isinstance(item, RaceResult):
+            self.timeline.result = item
+        elif isinstance(item, EndEvent):  # the worker's failure event: the race could not run
+            self.error = item.error or item.reason
+            self.verdict.setText(f"The race failed — {item.error_type or 'error'}: {self.error}")
+
+    def finished(self) -> None:
+        """The race thread ended; the replay keeps playing until every event was shown."""
+        self.set_running(False)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    # --- replay ---------------------------------------------------------------------------------
+    def replay(self) -> None:
+        if self.timeline.result is not None:
+            self._restart_replay()
+
+    def _restart_replay(self) -> None:
+        self.timeline.rewind()
+        for panel in self.lanes.values():
+            panel.clear()
+        self._replay_started = time.monotonic()
+        self._timer.start()
+
+    @property
+    def replaying(self) -> bool:
+        return self._timer.isActive()
+
+    def tick(self) -> None:
+        t = min(time.monotonic() - self._replay_started, self.timeline.frontier())
+        for lane, panel in self.lanes.items():
+            for item in self.timeline.due(lane, t):
+                panel.add(item.event)
+            end = self.timeline.end_clock(lane)
+            panel.show_clock(t if end is None else min(t, end))
+        failed = not self._running and self.timeline.result is None  # the thread ended without a result
+        if self.timeline.all_shown() or failed:
+            self._timer.stop()
+            self._show_result()
+
+    def _show_result(self) -> None:
+        result = self.timeline.result
+        if result is None:
+            return
+        for lane in LANES:
+            self.lanes[lane].show_clock(self.timeline.end_clock(lane) or 0.0)
+        self.verdict.setText(result_text(result))
+
+    def lane_text(self, lane: str) -> str:
+        return self.lanes[lane].text
+
+
+def result_text(result: RaceResult) -> str:
+    """The race's outcome in words: who won by how much, and whether the texts agree."""
+    plain, spec = result.plain, result.speculative
+    lines = []
+    for lane in (plain, spec):
+        if lane.reason == "error":
+            lines.append(f"The {lane.lane} run failed: {lane.error}.")
+    speedup = result.speedup
+    if speedup is not None:
+        faster = "faster" if speedup >= 1 else "slower"
+        factor = speedup if speedup >= 1 else 1 / speedup
+        lines.append(f"Speculative decoding was {factor:.2f}× {faster} than plain decoding "
+                     f"({spec.wall_s:.2f} s vs {plain.wall_s:.2f} s; {spec.tokens_per_s:.1f} vs "
+                     f"{plain.tokens_per_s:.1f} tokens/s; {spec.passes} vs {plain.passes} target passes).")
+    lines.append(_agreement_text(result))
+    return " ".join(lines)
+
+
+def _agreement_text(result: RaceResult) -> str:
+    total = max(len(result.plain.token_ids), len(result.speculative.token_ids))
+    if result.identical:
+        why = " — as this verification rule guarantees." if result.must_match else "."
+        return f"The two texts are identical, token for token ({total} tokens){why}"
+    distance = "too long to compare" if result.edit_distance is None else f"{result.edit_distance}"
+    where = (f"The texts first differ at generated token {result.first_divergence + 1} "
+             f"(token edit distance {distance} over {total} tokens).")
+    if result.must_match:
+        return where + " They should be identical under this rule: floating-point ties can cause this."
+    return where + " This rule does not promise identical text (ASD with B > 0 spends regret on purpose; " \
+                   "sampling draws differently)."

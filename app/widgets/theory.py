@@ -1,0 +1,284 @@
+"""Theory explorer: the formulas of speculative decoding against what this run measured.
+
+With i.i.d. acceptance alpha, K drafts per pass and c = cost of one draft
+step relative to one target forward (ALGORITHMS.md section 3):
+
+    E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)     tokens per pass
+    speedup(alpha, K, c) = E(alpha, K) / (K c + 1)
+
+Three plots: E against alpha for the chosen K, speedup against alpha for
+the chosen K and c (plus the curve of the best K), each with the run's
+measured point; and the acceptance rate at each draft position 1..K (the
+i.i.d. model predicts a flat line). The optimal K is the K in 1..MAX_K with
+the highest predicted speedup for the measured alpha and c.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
+
+from app.engine.settings import MAX_K
+from app.engine.stats import GenerationStats, expected_tokens_per_pass, optimal_k, predicted_speedup
+
+ALPHAS = np.linspace(0.0, 1.0, 201)
+MIN_REDRAW_MS = 250  # as the run charts: theory plots need not follow every tick
+CURVE_COLOUR = "#0072B2"
+BEST_COLOUR = "#009E73"
+MEASURED_COLOUR = "#D55E00"
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """What a run measured; None where it has no value yet."""
+
+    alpha: float | None = None
+    c: float | None = None
+    tokens_per_pass: float | None = None
+    speedup: float | None = None
+    k: int | None = None
+
+
+def best_k(alpha: float, c: float) -> int:
+    """The K in 1..MAX_K with the highest predicted speedup (smallest on ties)."""
+    return optimal_k(alpha, c, k_max=MAX_K)
+
+
+def e_curve(k: int) -> np.ndarray:
+    return np.array([expected_tokens_per_pass(float(a), k) for a in ALPHAS])
+
+
+def speedup_curve(k: int, c: float) -> np.ndarray:
+    return np.array([predicted_speedup(float(a), k, c) for a in ALPHAS])
+
+
+def measured_from(session) -> MeasuredPoint:
+    """The run's latest cumulative figures, read from the session view-model."""
+    if session is None or not session.passes:
+        return MeasuredPoint()
+    last = session.passes[-1]
+    speedup = float(session.series["speedup_measured"][-1]) if session.series.size else math.nan
+    return MeasuredPoint(alpha=session.alpha, c=last.stats.c, tokens_per_pass=last.stats.tokens_per_pass,
+                         speedup=None if math.isnan(speedup) else speedup, k=last.k)
+
+
+class TheoryExplorer(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._session = None
+        self._stats = GenerationStats()  # fed with the session's passes, for the per-position rates
+        self._fed = 0
+        self._drawn_at = 0.0
+        self.measured = MeasuredPoint()
+        self._pending = QTimer(self)
+        self._pending.setSingleShot(True)
+        self._pending.timeout.connect(self.refresh)
+        self._build_controls()
+        self._build_plots()
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setObjectName("theorySummary")
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column = QVBoxLayout(self)
+        column.addLayout(self.controls)
+        column.addWidget(self.summary)
+        column.addWidget(self.plots, 1)
+        self.redraw()
+
+    # --- construction ----------------------------------------------------------------
+    def _build_controls(self) -> None:
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, MAX_K)
+        self.k_spin.setValue(4)
+        self.k_spin.setToolTip("K: drafts per pass in the formulas")
+        self.c_spin = QDoubleSpinBox()
+        self.c_spin.setRange(0.0, 5.0)
+        self.c_spin.setDecimals(3)
+        self.c_spin.setSingleStep(0.01)
+        self.c_spin.setValue(0.1)
+        self.c_spin.setToolTip("c: cost of one draft step relative to one target forward")
+        self.follow_run = QCheckBox("Follow the run's K and measured c")
+        self.follow_run.setChecked(True)
+        for widget in (self.k_spin, self.c_spin):
+            widget.valueChanged.connect(self._edited_by_hand)
+        self.follow_run.toggled.connect(lambda _on: self.refresh())
+        form = QFormLayout()
+        form.addRow("K", self.k_spin)
+        form.addRow("c", self.c_spin)
+        self.controls = QHBoxLayout()
+        self.controls.addLayout(form)
+        self.controls.addWidget(self.follow_run)
+        self.controls.addStretch(1)
+
+    def _build_plots(self) -> None:
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setBackground(None)
+        self.e_plot = self._plot(0, "Tokens per pass E(α, K)", "α", "tokens")
+        self.e_line = self.e_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
+        self.e_point = self._measured_marker(self.e_plot)
+        self.speedup_plot = self._plot(1, "Speedup E / (K c + 1)", "α", "×")
+        self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
+        self.speedup_line = self.speedup_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
+        self.best_line = self.speedup_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
+        self.speedup_point = self._measured_marker(self.speedup_plot)
+        self.position_plot = self._plot(2, "Acceptance by draft position", "position", "rate")
+        self.position_plot.setYRange(0, 1)
+        self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=CURVE_COLOUR)
+        self.position_plot.addItem(self.position_bars)
+        self.position_alpha = pg.InfiniteLine(angle=0, pen=pg.mkPen(MEASURED_COLOUR, style=Qt.PenStyle.DashLine))
+        self.position_plot.addItem(self.position_alpha)
+
+    def _plot(self, col: int, title: str, x_label: str, y_label: str) -> pg.PlotItem:
+        plot = self.plots.addPlot(row=0, col=col, title=title)
+        plot.setLabel("bottom", x_label)
+        plot.setLabel("left", y_label)
+        plot.showGrid(x=True, y=True, alpha=0.2)
+        return plot
+
+    @staticmethod
+    def _measured_marker(plot: pg.PlotItem) -> pg.ScatterPlotItem:
+        marker = pg.ScatterPlotItem(symbol="o", size=11, pen=pg.mkPen(MEASURED_COLOUR, width=2),
+                                    brush=pg.mkBrush(MEASURED_COLOUR))
+        plot.addItem(marker)
+        return marker
+
+    # --- binding ----------------------------------------------------------------------
+    def set_session(self, session) -> None:
+        self._session = session
+        session.sig_refresh.connect(self.request_refresh)
+        session.sig_started.connect(lambda _event: self.reset())
+        session.sig_ended.connect(lambda _event: self.refresh())
+
+    def reset(self) -> None:
+        self._stats = GenerationStats()
+        self._fed = 0
+        self.refresh()
+
+    def request_refresh(self) -> None:
+        """Redraw at most every MIN_REDRAW_MS, and only while visible."""
+        if not self.isVisible():
+            return
+        wait_ms = MIN_REDRAW_MS - 1000 * (time.monotonic() - self._drawn_at)
+        if wait_ms <= 0:
+            self.refresh()
+        elif not self._pending.isActive():
+            self._pending.start(int(wait_ms))
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the session's latest figures and redraw."""
+        self._pending.stop()
+        self._drawn_at = time.monotonic()
+        self._feed_passes()
+        self.set_measured(measured_from(self._session))
+
+    def _feed_passes(self) -> None:
+        passes = self._session.passes if self._session is not None else []
+        for event in passes[self._fed:]:
+            self._stats.add(event)
+        self._fed = len(passes)
+
+    def set_measured(self, point: MeasuredPoint) -> None:
+        """Show this measured point; with "follow" on, K and c follow the run."""
+        self.measured = point
+        if self.follow_run.isChecked():
+            self._set_quietly(point.k, point.c)
+        self.redraw()
+
+    def _set_quietly(self, k: int | None, c: float | None) -> None:
+        for spin, value in ((self.k_spin, k), (self.c_spin, c)):
+            if value is not None:
+                spin.blockSignals(True)
+                spin.setValue(value)
+                spin.blockSignals(False)
+
+    def _edited_by_hand(self) -> None:
+        self.follow_run.blockSignals(True)
+        self.follow_run.setChecked(False)  # a hand-picked K or c must not be overwritten by the next tick
+        self.follow_run.blockSignals(False)
+        self.redraw()
+
+    # --- results ------------------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        return self.k_spin.value()
+
+    @property
+    def c(self) -> float:
+        return self.c_spin.value()
+
+    @property
+    def optimal_k(self) -> int | None:
+        """Best K for the measured alpha and c (the chosen c when the run has not measured one)."""
+        alpha = self.measured.alpha
+        if alpha is None:
+            return None
+        return best_k(alpha, self.measured.c if self.measured.c is not None else self.c)
+
+    def position_rates(self) -> list[float | None]:
+        return self._stats.alpha_by_position()
+
+    # --- drawing --------------------------------------------------------------------------
+    def redraw(self) -> None:
+        k, c = self.k, self.c
+        self.e_line.setData(ALPHAS, e_curve(k))
+        self.speedup_line.setData(ALPHAS, speedup_curve(k, c))
+        best = self.optimal_k
+        if best is None:
+            self.best_line.setData([], [])
+        else:
+            self.best_line.setData(ALPHAS, speedup_curve(best, self._c_for_best()))
+        self._draw_measured()
+        self._draw_positions()
+        self.summary.setText(self.summary_text())
+
+    def _c_for_best(self) -> float:
+        return self.measured.c if self.measured.c is not None else self.c
+
+    def _draw_measured(self) -> None:
+        point = self.measured
+        has_alpha = point.alpha is not None
+        self.e_point.setData([point.alpha] if has_alpha and point.tokens_per_pass else [],
+                             [point.tokens_per_pass] if has_alpha and point.tokens_per_pass else [])
+        self.speedup_point.setData([point.alpha] if has_alpha and point.speedup else [],
+                                   [point.speedup] if has_alpha and point.speedup else [])
+
+    def _draw_positions(self) -> None:
+        rates = self.position_rates()
+        x = [i + 1 for i, r in enumerate(rates) if r is not None]
+        self.position_bars.setOpts(x=x, height=[r for r in rates if r is not None], width=0.7)
+        if self.measured.alpha is not None:
+            self.position_alpha.setValue(self.measured.alpha)
+        self.position_alpha.setVisible(self.measured.alpha is not None)
+
+    def summary_text(self) -> str:
+        k, c = self.k, self.c
+        point = self.measured
+        theory = "Theory: at α = {a:.2f}, K = {k}, c = {c:.3g}: E = {e:.2f} tokens per pass, speedup {s:.2f}×."
+        if point.alpha is None:
+            return (f"No run measured yet. At K = {k} and c = {c:.3g} the best α = 1 gives E = {k + 1} and speedup "
+                    f"{predicted_speedup(1.0, k, c):.2f}×. Generate to place the run on these curves.")
+        measured = (f"Measured: α = {point.alpha:.3f}, c = {_fmt(point.c)}, {_fmt(point.tokens_per_pass)} tokens per "
+                    f"pass, speedup {_fmt(point.speedup)}×.")
+        best = self.optimal_k
+        best_c = self._c_for_best()
+        return " ".join([
+            measured,
+            theory.format(a=point.alpha, k=k, c=c, e=expected_tokens_per_pass(point.alpha, k),
+                          s=predicted_speedup(point.alpha, k, c)),
+            f"Optimal K for the measured α and c = {best_c:.3g}: {best} "
+            f"(predicted {predicted_speedup(point.alpha, best, best_c):.2f}×).",
+        ])
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
