@@ -94,10 +94,11 @@ def run_headless(args) -> int:
 
     models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map)
     settings = settings_from_args(args, models)
+    ascii_only = not _stdout_takes_unicode()
     end = None
     for event in SpeculativeDecoder(models).generate(args.prompt, settings, chat_template=args.chat_template):
         if args.jsonl:
-            print(to_json_line(event), flush=True)
+            print(to_json_line(event, ensure_ascii=ascii_only), flush=True)
         elif isinstance(event, NoticeEvent):
             print(f"warning: {event.message}", file=sys.stderr)
         end = event
@@ -107,6 +108,19 @@ def run_headless(args) -> int:
         print(f"error: {end.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stdout_takes_unicode() -> bool:
+    """Whether stdout encodes any text; if not (a legacy console code page), JSON lines escape it as \\uXXXX."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "ascii").lower().replace("-", "").replace("_", "")
+    return encoding.startswith("utf")
+
+
+def _never_fail_on_output() -> None:
+    """Text a console cannot show (emoji on a legacy code page, stray surrogates) is escaped, not a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def run_bench(args) -> int:
@@ -136,6 +150,7 @@ def run_bench(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    _never_fail_on_output()
     command = args.command or "gui"
     try:
         if command == "run":

@@ -69,6 +69,7 @@ class MainWindow(QMainWindow):
         self._loader: ModelLoadThread | None = None
         self._wanted_settings: DecodeSettings | None = None
         self._dialog: ModelDialog | None = None
+        self._closing = False  # once set, results of loads still in flight are discarded
         self._build_widgets()
         self._build_docks()
         self._build_toolbar()
@@ -159,6 +160,10 @@ class MainWindow(QMainWindow):
             file_menu.addAction(title + "…", lambda kind=kind: self._export_with_dialog(kind))
         file_menu.addSeparator()
         file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
+        edit_menu = self.menuBar().addMenu("&Edit")
+        self.copy_text_action = edit_menu.addAction("Copy generated &text", self.copy_generated_text)
+        self.copy_text_action.setShortcut(QKeySequence("Ctrl+Shift+C"))
+        self.copy_text_action.setToolTip("The text generated so far, without the rejected drafts shown in the view")
         view_menu = self.menuBar().addMenu("&View")
         for dock in (self.controls_dock, self.drafters_dock, self.charts_dock, self.inspector_dock, self.theory_dock,
                      self.race_dock, self.guide_dock):
@@ -213,7 +218,7 @@ class MainWindow(QMainWindow):
         if self._loader is not None:
             return None
         self._loader = ModelLoadThread(**request)
-        self._loader.sig_loaded.connect(lambda models, decoder: self.set_models(models, decoder, request))
+        self._loader.sig_loaded.connect(lambda models, decoder: self._on_loaded(models, decoder, request))
         self._loader.sig_failed.connect(self._on_load_failed)
         self._loader.sig_progress.connect(lambda message, *_: self.status.showMessage(message))
         self._loader.finished.connect(self._reap_loader)
@@ -226,7 +231,13 @@ class MainWindow(QMainWindow):
             self._loader.deleteLater()
             self._loader = None
 
+    def _on_loaded(self, models, decoder, request: dict) -> None:
+        if not self._closing:
+            self.set_models(models, decoder, request)
+
     def _on_load_failed(self, message: str) -> None:
+        if self._closing:
+            return
         kept = f" Still using {self.models.target_name}." if self.models is not None else ""
         self.show_message(f"Could not load the models: {message}{kept}", error=True)
 
@@ -452,6 +463,13 @@ class MainWindow(QMainWindow):
                      "text": self.session.export_text, "png": self.charts.export_png}
         exporters[kind](path)
 
+    def copy_generated_text(self) -> str:
+        """Put the text generated so far (also of a stopped or failed run) on the clipboard."""
+        text = self.session.generated_text
+        QApplication.clipboard().setText(text)
+        self.status.showMessage(f"Copied {len(text)} characters", 4000)
+        return text
+
     def _export_with_dialog(self, kind: str) -> None:
         title, pattern = EXPORTS[kind]
         path, _ = QFileDialog.getSaveFileName(self, title, "", pattern)
@@ -496,6 +514,8 @@ class MainWindow(QMainWindow):
             request = json.loads(str(raw))
             if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST):
                 raise ValueError("unexpected model request")
+            if not all(value is None or isinstance(value, str) for value in request.values()):
+                raise ValueError("model names, device and dtype must be text")
             self.model_request = {**DEFAULT_REQUEST, **request}
 
     def _restore_decode(self) -> None:
@@ -538,10 +558,13 @@ class MainWindow(QMainWindow):
             self._race.stop_and_join()
             self._on_race_finished()
         if self._loader is not None:
-            self._loader.wait()  # loading cannot be interrupted; its result is discarded
+            self._closing = True  # whatever the load still delivers is discarded
+            self._loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
+            self._loader.wait()
             self._reap_loader()
 
     def closeEvent(self, event) -> None:
+        self.hide()  # the window goes at once, even while a load finishes its current step
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)

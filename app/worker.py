@@ -99,11 +99,17 @@ def _call_load(load_models, request: dict, progress):
     return load_models(**kwargs)
 
 
+class LoadCancelled(Exception):
+    """Raised from the progress callback to abandon a load at its next step (the window is closing)."""
+
+
 class ModelLoadThread(QThread):
     """Loads a target (+ drafter) and builds the decoder, off the GUI thread.
 
     `sig_progress(message, done, total)`: total 0 means "busy, size unknown".
-    `sig_loaded(models, decoder)` on success, `sig_failed(message)` otherwise.
+    `sig_loaded(models, decoder)` on success, `sig_failed(message)` otherwise; neither after `cancel()`.
+    A load cannot be interrupted inside one model's weights, so `cancel` takes effect at the next step
+    the loader reports (tokenizer, target, drafter, heads).
     """
 
     sig_progress = Signal(str, int, int)
@@ -114,15 +120,27 @@ class ModelLoadThread(QThread):
                  parent=None) -> None:
         super().__init__(parent)
         self.request = dict(target=target, draft=draft, device=device, dtype=dtype)
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
 
     def run(self) -> None:
         try:
             self.sig_progress.emit("Loading models…", 0, 0)
             models, decoder = self._load()
-            self.sig_progress.emit("Loaded", 1, 1)
-            self.sig_loaded.emit(models, decoder)
+            if not self.cancelled:
+                self.sig_progress.emit("Loaded", 1, 1)
+                self.sig_loaded.emit(models, decoder)
+        except LoadCancelled:
+            log.info("model load cancelled")
         except Exception as error:  # noqa: BLE001 - shown in the dialog; previous models stay
-            self.sig_failed.emit(_load_error_message(error))
+            if not self.cancelled:
+                self.sig_failed.emit(_load_error_message(error))
         finally:
             _forget_python_thread_record()
 
@@ -135,6 +153,8 @@ class ModelLoadThread(QThread):
 
     def _report(self, fraction: float, message: str) -> None:
         """The engine's `progress(fraction, message)` callback, as a 0..1000 progress signal."""
+        if self.cancelled:
+            raise LoadCancelled
         self.sig_progress.emit(str(message), int(round(1000 * min(max(float(fraction), 0.0), 1.0))), 1000)
 
 

@@ -45,24 +45,28 @@ def make_tokenizer(folder: Path, vocab_size: int = 384, extra_text: str = "") ->
     return fast
 
 
-def model_config(arch: str, vocab_size: int, eos_id: int, layers: int, hidden: int):
+def model_config(arch: str, vocab_size: int, eos_id: int, layers: int, hidden: int, context: int = 512):
     common = dict(vocab_size=vocab_size, eos_token_id=eos_id, bos_token_id=eos_id, pad_token_id=eos_id)
     if arch == "llama":
         return LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context, **common)
     if arch == "qwen2":
         return Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context, **common)
     if arch == "gpt2":
-        return GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, **common)
+        return GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=context, **common)
     raise ValueError(arch)
 
 
-def make_model(folder: Path, arch: str, tokenizer, layers: int, hidden: int, seed: int):
+def make_model(folder: Path, arch: str, tokenizer, layers: int, hidden: int, seed: int, context: int = 512,
+               vocab_size: int | None = None, mute_eos: bool = False):
+    """A random model; `vocab_size` above len(tokenizer) pads the vocabulary like many real families do."""
     torch.manual_seed(seed)
-    config = model_config(arch, len(tokenizer), tokenizer.eos_token_id, layers, hidden)
+    config = model_config(arch, vocab_size or len(tokenizer), tokenizer.eos_token_id, layers, hidden, context)
     model = AutoModelForCausalLM.from_config(config)
     _sharpen(model)
+    if mute_eos:
+        _mute(model, tokenizer.eos_token_id)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -74,10 +78,22 @@ def _sharpen(model) -> None:
         model.get_output_embeddings().weight.mul_(8.0)
 
 
-def tiny_pair(root: Path, arch: str = "llama", seed: int = 0) -> tuple[Path, Path]:
-    """A (target, drafter) pair of folders sharing one tokenizer."""
+def _mute(model, token_id: int) -> None:
+    """A zero head row: logit 0, below the peaked maximum of the others, so greedy runs never end early."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight[token_id].zero_()
+
+
+def tiny_pair(root: Path, arch: str = "llama", seed: int = 0, context: int = 512,
+              mute_eos: bool = False) -> tuple[Path, Path]:
+    """A (target, drafter) pair of folders sharing one tokenizer.
+
+    `context` sets the longest sequence (long runs need more than the default 512); `mute_eos` makes greedy
+    generations run to max new tokens.
+    """
     root = Path(root)
     tokenizer = make_tokenizer(root / "tokenizer")
-    target = make_model(root / f"{arch}-target", arch, tokenizer, layers=4, hidden=64, seed=seed)
-    draft = make_model(root / f"{arch}-draft", arch, tokenizer, layers=1, hidden=32, seed=seed + 1)
+    options = dict(context=context, mute_eos=mute_eos)
+    target = make_model(root / f"{arch}-target", arch, tokenizer, layers=4, hidden=64, seed=seed, **options)
+    draft = make_model(root / f"{arch}-draft", arch, tokenizer, layers=1, hidden=32, seed=seed + 1, **options)
     return target, draft

@@ -7,7 +7,8 @@ cancels. Figures are medians over repeats after a warm-up.
 
 Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop;
 alpha, tokens per pass and c (draft cost per token relative to one target
-forward) from our pass events; predicted = E(alpha, K) / (K c + 1);
+forward) from our pass events; predicted = E(alpha, K) / (K c + 1) over the
+passes' actual draft lengths;
 efficiency = speedup / predicted; overhead = share of pass time spent outside
 the draft and verify forwards; identical = the ids equal our autoregressive
 greedy ids.
@@ -29,7 +30,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import LoadedModels
 from app.engine.settings import DecodeSettings
-from app.engine.stats import predicted_speedup
+from app.engine.stats import expected_tokens_per_pass
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
@@ -177,7 +178,14 @@ def _add_pass_figures(result: MethodResult, passes: list[PassEvent], k: int) -> 
         result.alpha = sum(p.n_accepted for p in drafted) / n_drafted
         verify_per_pass = statistics.median(p.timing.verify_ms for p in drafted)
         result.c = (sum(p.timing.draft_ms for p in drafted) / n_drafted) / verify_per_pass
-        result.predicted = predicted_speedup(result.alpha, k, result.c)
+        result.predicted = predicted_speedup_of_passes(result.alpha, result.c, [len(p.drafted) for p in passes])
+
+
+def predicted_speedup_of_passes(alpha: float, c: float, drafted: list[int]) -> float:
+    """E(alpha, K) / (K c + 1), summed over passes whose K varied (short lookups, adaptive K, plain steps)."""
+    tokens = sum(expected_tokens_per_pass(alpha, k) for k in drafted)
+    cost = sum(k * c + 1 for k in drafted)
+    return tokens / cost
 
 
 def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repeats: int = 3,

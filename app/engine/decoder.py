@@ -22,7 +22,7 @@ import torch
 from app.engine.cached_model import CachedModel
 from app.engine.detok import StreamDetokenizer
 from app.engine.drafters import Draft, build_drafter, drafter_config
-from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError
+from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
 from app.engine.events import (
     ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, RESAMPLED, TARGET,
     AppendedToken, DraftedToken, EndEvent, Event, Ledger, NoticeEvent, PassDetail, PassEvent,
@@ -103,11 +103,23 @@ def _residual_detail(p_row: torch.Tensor, q_row: torch.Tensor | None, x: int,
     k = min(INSPECT_TOP, p_row.numel())
     ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
     entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
-               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist())]
+               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist())
+               if p or q or r]  # a warped (sparse) row pads its top with zeros: nothing to show there
     entries.sort(key=lambda e: (-e.r, -e.p, e.id))
     other = max(0.0, float(residual.sum() - residual[ids].sum()))
     norm = float((p_row - q_row).clamp(min=0.0).sum())
     return tuple(entries), other, norm
+
+
+def _require_encodable(prompt: str) -> None:
+    """Refuse text the tokenizer cannot take: lone surrogates (e.g. undecodable bytes in a command line)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SettingsError(
+            f"the prompt holds characters that are not valid Unicode at position {exc.start} "
+            f"({prompt[exc.start:exc.end]!r}), e.g. bytes in another encoding than UTF-8: "
+            "remove them or save the text as UTF-8.") from None
 
 
 class SpeculativeDecoder:
@@ -133,6 +145,7 @@ class SpeculativeDecoder:
     def encode_prompt(self, prompt: str, chat_template: bool = False) -> list[int]:
         if not isinstance(prompt, str) or not prompt.strip():
             raise SettingsError("the prompt is empty: type some text to continue")
+        _require_encodable(prompt)
         tokenizer = self.models.tokenizer
         if chat_template:
             ids = self._apply_chat_template(prompt)
@@ -183,11 +196,11 @@ class SpeculativeDecoder:
             self.target.advance_to(req.ids[:-1])
 
     def _describe_failure(self, exc: Exception) -> Exception:
+        """Forget every cache (the next generation starts clean) and say what went wrong."""
         self.target.reset()
         self._drafters.clear()
-        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        if is_out_of_memory(exc):
+            release_memory(exc)
             return OutOfMemoryError("the device ran out of memory during a pass; memory was released. "
                                     "Lower K or max new tokens, or use a smaller model or dtype.")
         return exc
@@ -293,8 +306,14 @@ class SpeculativeDecoder:
 
     def _drop_drafter(self, req: _Request, name: str, exc: Exception) -> None:
         req.failed_drafters.add(name)
-        self._drafters.pop(name, None)
-        detail = str(exc) if isinstance(exc, EngineError | SettingsError) else f"{type(exc).__name__}: {exc}"
+        self._drafters.pop(name, None)  # its cache goes with it
+        if is_out_of_memory(exc):
+            release_memory(exc)
+            detail = "out of memory; its memory was released"
+        elif isinstance(exc, EngineError | SettingsError):
+            detail = str(exc)
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
         req.notices.append(NoticeEvent("warning", f"drafter {name} failed and is skipped for this generation "
                                                   f"({detail})"))
 

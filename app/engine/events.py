@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 # Outcome of one drafted token.
@@ -173,5 +174,20 @@ def to_json_dict(event: Event) -> dict:
     return dataclasses.asdict(event)
 
 
-def to_json_line(event: Event) -> str:
-    return json.dumps(to_json_dict(event), ensure_ascii=False)
+def to_json_line(event: Event, ensure_ascii: bool = False) -> str:
+    """One strict JSON object: a NaN or infinity (a model gone numerically wrong) is written as null."""
+    data = to_json_dict(event)
+    try:
+        return json.dumps(data, ensure_ascii=ensure_ascii, allow_nan=False)
+    except ValueError:  # rare, so the common case pays no extra walk over the event
+        return json.dumps(_finite_or_none(data), ensure_ascii=ensure_ascii, allow_nan=False)
+
+
+def _finite_or_none(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_none(item) for item in value]
+    return value

@@ -73,8 +73,10 @@ class AsdCheck:
         if not self.mismatch:
             return None
         if not self.gate_ok:
-            return (f"the gate: r/q = {self.regret:.3g}/{self.suffix_value} = {self.gate_ratio:.3g} > g = {self.gate:.3g}"
-                    if self.gate > 0 else "the gate: g = 0 accepts no mismatch")
+            if self.gate <= 0:
+                return "the gate: g = 0 accepts no mismatch"
+            ratio = f"{self.regret:.3g}/{self.suffix_value} = {self.gate_ratio:.3g}"
+            return f"the gate: r/q = {ratio} > g = {self.gate:.3g}"
         if not self.cap_ok:
             return f"the block cap: it would be mismatch {self.block_mismatches} of at most M = {self.cap}"
         if not self.affordable:
@@ -207,7 +209,10 @@ def explain_pass(event: PassEvent, token_text: TokenText | None = None) -> str:
     return " ".join(s for s in sentences if s)
 
 
-def _quote(s: str) -> str:
+def _quote(s: str, token_id: int | None = None) -> str:
+    """A token's text in quotes; an empty one (part of a multi-byte character) by its id."""
+    if not s and token_id is not None:
+        return f"token #{token_id}"
     return "“" + s.replace("\n", "↵") + "”"
 
 
@@ -219,8 +224,9 @@ def _opening(event: PassEvent) -> str:
     if not event.drafted:
         return (f"In pass {event.index} nothing was drafted, so the target ran alone: "
                 f"one forward pass for one token, exactly like plain decoding.")
-    tokens = ", ".join(_quote(t.text) for t in event.drafted)
-    return f"In pass {event.index} the {event.drafter} drafter proposed {_count(len(event.drafted), 'token')}: {tokens}."
+    tokens = ", ".join(_quote(t.text, t.id) for t in event.drafted)
+    proposed = _count(len(event.drafted), "token")
+    return f"In pass {event.index} the {event.drafter} drafter proposed {proposed}: {tokens}."
 
 
 def _agreement(inspection: PassInspection) -> list[str]:
@@ -230,7 +236,9 @@ def _agreement(inspection: PassInspection) -> list[str]:
     if inspection.first_rejection is None:
         if kept < total:
             return [f"The target accepted them, but the generation ended after {_count(kept, 'token')} of the block."]
-        return [f"The target accepted all {total}." if total > 1 else "The target accepted it."]
+        exceptions = sum(t.outcome == ASD_EXCEPTION for t in event.drafted)
+        why = f" ({exceptions} of them as ASD exceptions, see below)" if exceptions else ""
+        return [(f"The target accepted all {total}" if total > 1 else "The target accepted it") + why + "."]
     if kept == 0:
         return ["The target rejected the very first one."]
     first = "first" if kept == 1 else f"first {kept}"
@@ -243,13 +251,14 @@ def _rejection(inspection: PassInspection, text: TokenText) -> list[str]:
         return []
     position = inspection.positions[n]
     token = position.token
-    where = f"At position {n + 1} the drafter proposed {_quote(token.text)}"
+    where = f"At position {n + 1} the drafter proposed {_quote(token.text, token.id)}"
     if inspection.event.verify == "sample":
         return [where + _sampling_reason(position), _residual_sentence(inspection)]
+    wanted = _quote(text(token.target_id), token.target_id)
     if inspection.event.verify == "asd" and position.asd is not None and position.asd.mismatch:
-        return [where + f" but the target's first choice was {_quote(text(token.target_id))}; ASD refused it on "
+        return [where + f" but the target's first choice was {wanted}; ASD refused it on "
                 + (position.asd.failed_condition() or "its rules") + "."]
-    return [where + f" but the target's most likely token (its argmax) was {_quote(text(token.target_id))}, "
+    return [where + f" but the target's most likely token (its argmax) was {wanted}, "
             "so that draft and every draft after it were thrown away."]
 
 
@@ -271,7 +280,7 @@ def _residual_sentence(inspection: PassInspection) -> str:
     norm = "" if detail is None or detail.residual_norm is None else (
         f" (a draft from q is rejected at this position with probability {detail.residual_norm:.3g})")
     return ("The replacement was sampled from the residual norm(max(0, p − q)), which keeps only the tokens the "
-            f"target likes more than the drafter did{norm}; it gave {_quote(appended.text)}. "
+            f"target likes more than the drafter did{norm}; it gave {_quote(appended.text, appended.id)}. "
             "This correction is what makes speculative sampling lossless.")
 
 
@@ -284,8 +293,8 @@ def _asd_summary(inspection: PassInspection) -> list[str]:
         check = position.asd
         if position.token.outcome == ASD_EXCEPTION and check is not None:
             sentences.append(
-                f"ASD accepted {_quote(position.token.text)} at position {position.index + 1} although the target "
-                f"preferred another token: its regret {check.regret:.3g} over its suffix value q = "
+                f"ASD accepted {_quote(position.token.text, position.token.id)} at position {position.index + 1} "
+                f"although the target preferred another token: its regret {check.regret:.3g} over its suffix value q = "
                 f"{check.suffix_value} is {check.gate_ratio:.3g} ≤ g = {check.gate:.3g}, it is mismatch "
                 f"{check.block_mismatches} of at most M = {check.cap} in this block, and the block's regret "
                 f"{check.cost:.3g} fits in the {check.remaining:.3g} left of B.")
@@ -302,11 +311,11 @@ def _appended(event: PassEvent) -> list[str]:
                 "so no target token was added."]
     if appended.kind == BONUS:
         return [f"Because every draft survived, the target's row after the block gave a bonus token "
-                f"{_quote(appended.text)} for free."]
+                f"{_quote(appended.text, appended.id)} for free."]
     if appended.kind == TARGET:
-        return [f"It produced {_quote(appended.text)}."]
+        return [f"It produced {_quote(appended.text, appended.id)}."]
     if event.verify != "sample":
-        return [f"The target's own token {_quote(appended.text)} was appended in its place."]
+        return [f"The target's own token {_quote(appended.text, appended.id)} was appended in its place."]
     return []
 
 

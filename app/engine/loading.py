@@ -16,7 +16,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.cached_model import find_layer_list
-from app.engine.errors import IncompatibleTokenizerError, ModelLoadError, OutOfMemoryError
+from app.engine.errors import (
+    IncompatibleTokenizerError, ModelLoadError, OutOfMemoryError, is_out_of_memory, release_memory,
+)
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -75,14 +77,30 @@ class LoadedModels:
 def resolve_device(device: str = "auto") -> torch.device:
     if device != "auto":
         try:
-            return torch.device(device)
+            chosen = torch.device(device)
         except RuntimeError as exc:
             raise ModelLoadError(f"unknown device {device!r}: {exc}. Use auto, cpu, cuda, cuda:N or mps.") from exc
+        _require_available(chosen)
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _require_available(device: torch.device) -> None:
+    """Say so now if the device is missing, instead of a cryptic failure halfway through loading."""
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ModelLoadError("device 'cuda' is not available here (no CUDA GPU or no CUDA build of torch); "
+                                 "choose auto or cpu.")
+        if device.index is not None and device.index >= count:
+            raise ModelLoadError(f"device {str(device)!r} does not exist: this machine has {count} CUDA device(s), "
+                                 f"cuda:0 to cuda:{count - 1}.")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ModelLoadError("device 'mps' is not available here (Apple silicon only); choose auto or cpu.")
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -113,6 +131,11 @@ def _looks_like_path(name: str) -> bool:
 
 
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
+    if _is_damaged_weights(exc):
+        return ModelLoadError(
+            f"the weights of {name!r} are damaged or incomplete ({_first_line(exc)}): the file was probably cut off "
+            "while downloading or copying. Copy or download it again (for a hub model: delete it from the cache with "
+            "`hf cache delete`, then load it again).")
     if _looks_like_path(name):
         if not Path(name).expanduser().exists():
             return ModelLoadError(f"model folder {name!r} does not exist. Check the path.")
@@ -124,6 +147,17 @@ def _load_error(name: str, exc: Exception) -> ModelLoadError:
     hint = ("the hub is switched off (HF_HUB_OFFLINE=1): use a model already in the local cache or a local folder"
             if offline else "check the id and your network, or give a local folder")
     return ModelLoadError(f"could not load {name!r} ({type(exc).__name__}: {_first_line(exc)}); {hint}.")
+
+
+def _is_damaged_weights(exc: BaseException) -> bool:
+    """A safetensors (or torch pickle) file that cannot be parsed: truncated, overwritten, not weights at all."""
+    from safetensors import SafetensorError
+
+    while exc is not None:
+        if isinstance(exc, SafetensorError) or "deserializ" in str(exc) or "PytorchStreamReader" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _first_line(exc: Exception) -> str:
@@ -146,17 +180,14 @@ def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_m
         model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), **kwargs)
         if not device_map:
             model = model.to(device)
-    except torch.OutOfMemoryError as exc:
-        _release_memory()
-        raise OutOfMemoryError(f"out of memory while loading {name!r}; choose a smaller model, dtype or device.") from exc
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+        model = None  # drop the half-loaded weights before releasing memory
+        if is_out_of_memory(exc):
+            release_memory(exc)
+            raise OutOfMemoryError(f"out of memory while loading {name!r}; memory was released. Choose a smaller "
+                                   "model, a smaller dtype (bfloat16 / float16) or another device.") from None
         raise _load_error(name, exc) from exc
     return model.eval()
-
-
-def _release_memory() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def check_same_vocabulary(target_tok, draft_tok, target_name: str, draft_name: str) -> None:

@@ -140,7 +140,8 @@ SECTIONS = (
 def guide_html() -> str:
     parts = ["<h2>Speculative Decoding Playground — guide</h2>"]
     for title, body in SECTIONS:
-        parts.append(f"<h3>{html.escape(title)}</h3>" + body.replace("{colours}", _colour_rows()).replace("{prompts}", _prompt_rows()))
+        body = body.replace("{colours}", _colour_rows()).replace("{prompts}", _prompt_rows())
+        parts.append(f"<h3>{html.escape(title)}</h3>{body}")
     return "".join(parts)
 
 

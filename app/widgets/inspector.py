@@ -23,7 +23,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHeaderView, QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QWidget,
 )
 
 from app.engine.events import PassEvent, TokenProb
@@ -66,9 +67,9 @@ class BarChart(pg.PlotWidget):
     def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
         super().__init__(parent=parent, title=title)
         self.setBackground(None)
-        self.setMinimumHeight(170)
+        self.setMinimumHeight(200)
+        self.setMaximumHeight(280)
         self.getPlotItem().showGrid(y=True, alpha=0.2)
-        self.setYRange(0, 1)
         self.getPlotItem().setMouseEnabled(x=False, y=False)
         self.addLegend(offset=(5, 5))
         self.width_each = 0.8 / len(names)
@@ -90,6 +91,8 @@ class BarChart(pg.PlotWidget):
                          brush=self.colours[name], pens=pens)
         self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels))])
         self.setXRange(-0.6, max(len(labels), 1) - 0.4, padding=0)
+        tallest = max((v for vs in values.values() for v in vs if not math.isnan(v)), default=1.0)
+        self.setYRange(0, max(tallest, 0.02) * 1.1, padding=0)  # small probabilities stay readable
 
     def heights(self, name: str) -> list[float]:
         """Bar heights drawn for one series (for tests)."""
@@ -134,8 +137,16 @@ class PassInspector(QWidget):
     def _layout(self) -> None:
         content = QWidget()
         column = QVBoxLayout(content)
-        for part in (self.header, self.block, self.table, self.bars, self.residual_title, self.residual,
-                     self.ledger, self.paragraph):
+        for part in (self.header, self.block, self.table):
+            column.addWidget(part)
+        charts = QHBoxLayout()
+        charts.addWidget(self.bars, 1)
+        residual = QVBoxLayout()
+        residual.addWidget(self.residual_title)
+        residual.addWidget(self.residual)
+        charts.addLayout(residual, 1)
+        column.addLayout(charts)
+        for part in (self.ledger, self.paragraph):
             column.addWidget(part)
         column.addStretch(1)
         scroll = QScrollArea()
@@ -296,8 +307,9 @@ class PassInspector(QWidget):
         self.bars.show_bars(labels, values, highlight)
 
     def _union_bars(self, p_top, q_top, chosen: dict[int, tuple[float, float]]):
-        p = {t.id: t.prob for t in p_top}
-        q = {t.id: t.prob for t in q_top}
+        # Zeros in a top-8 (top-k / top-p warping left fewer tokens) carry nothing worth a bar.
+        p = {t.id: t.prob for t in p_top if t.prob > 0}
+        q = {t.id: t.prob for t in q_top if t.prob > 0}
         for token_id, (p_x, q_x) in chosen.items():
             p.setdefault(token_id, p_x)
             if not math.isnan(q_x):
@@ -336,11 +348,12 @@ class PassInspector(QWidget):
         if ledger is None:
             return
         detail = inspection.event.detail
-        knobs = "" if detail is None or detail.asd_gate is None else f" · g = {detail.asd_gate:g}, M = {detail.asd_cap}"
+        has_knobs = detail is not None and detail.asd_gate is not None
+        knobs = f" · g = {detail.asd_gate:g}, M = {detail.asd_cap}" if has_knobs else ""
+        spent = f"{number_text(ledger.before)} → {number_text(ledger.after)} of B = {number_text(ledger.budget)}"
         self.ledger.setText(
-            f"ASD ledger: {number_text(ledger.before)} → {number_text(ledger.after)} of B = {number_text(ledger.budget)}"
-            f" (rem at block start {number_text(ledger.remaining_before)}) · exceptions {ledger.exceptions_before} → "
-            f"{ledger.exceptions_after}{knobs}")
+            f"ASD ledger: {spent} (rem at block start {number_text(ledger.remaining_before)}) · "
+            f"exceptions {ledger.exceptions_before} → {ledger.exceptions_after}{knobs}")
 
 
 def _row(rows: tuple, index: int) -> tuple:
@@ -356,8 +369,8 @@ def _wrapping_label(text: str) -> QLabel:
 
 def _header_text(event: PassEvent) -> str:
     drafter = event.drafter or "no drafter"
-    return (f"Pass {event.index} · {drafter} · K = {event.k} · verify {event.verify} · {len(event.drafted)} drafted, "
-            f"{event.n_accepted} accepted, {len(event.committed_ids)} committed")
+    return (f"Pass {event.index} · {drafter} · K = {event.k} · verify {event.verify} · "
+            f"{len(event.drafted)} drafted, {event.n_accepted} accepted, {len(event.committed_ids)} committed")
 
 
 def _chip(text: str, token_id: int, style: str, dark: bool) -> str:
@@ -373,13 +386,13 @@ def _chip(text: str, token_id: int, style: str, dark: bool) -> str:
         css.append("font-weight:bold")
     if look.italic:
         css.append("font-style:italic")
-    decorations = [name for name, on in (("line-through", look.strike),
-                                         ("underline", look.underline != QTextCharFormat.UnderlineStyle.NoUnderline))
-                   if on]
+    underlined = look.underline != QTextCharFormat.UnderlineStyle.NoUnderline
+    decorations = [name for name, on in (("line-through", look.strike), ("underline", underlined)) if on]
     if decorations:
         css.append("text-decoration:" + " ".join(decorations))
     title = html.escape(ts.LABELS.get(style, style))
-    return f'<span style="{";".join(css)}" title="{title}">&nbsp;{html.escape(token_label(text, token_id))}&nbsp;</span>'
+    shown = html.escape(token_label(text, token_id))
+    return f'<span style="{";".join(css)}" title="{title}">&nbsp;{shown}&nbsp;</span>'
 
 
 def _residual_text(inspection: PassInspection, sampled: int | None, text_of) -> str:

@@ -107,7 +107,8 @@ class LanePanel(QGroupBox):
             if token.outcome in (ACCEPTED, ASD_EXCEPTION):
                 self._cursor.insertText(token.text, self._formats[token.outcome])
         if event.appended is not None:
-            self._cursor.insertText(event.appended.text, self._formats.get(event.appended.kind, self._formats[ts.TARGET]))
+            style = self._formats.get(event.appended.kind, self._formats[ts.TARGET])
+            self._cursor.insertText(event.appended.text, style)
 
     def show_clock(self, seconds: float) -> None:
         rate = self.tokens / seconds if seconds > 0 else 0.0

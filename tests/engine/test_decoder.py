@@ -163,3 +163,16 @@ def test_context_full_ends_with_text_kept(tiny_llama):
     assert end.reason == "context_full"
     assert len(models.tokenizer(PROMPTS[0]).input_ids) + len(end.token_ids) == 40
     assert torch.tensor(end.token_ids).numel() > 0
+
+
+def test_adaptive_k_grows_after_full_acceptance_and_shrinks_after_a_rejection(tiny_llama):
+    target, draft = tiny_llama
+    decoder = SpeculativeDecoder(load_models(str(target), str(draft)))
+    passes, _ = run(decoder, PROMPTS[1], drafters=("prompt-lookup", "draft-model"), k=2, adaptive_k=True, k_min=1,
+                    k_max=7, max_new_tokens=60)
+    for before, after in zip(passes, passes[1:]):
+        if not before.drafted or after.k == 0:
+            continue
+        expected = min(before.k + 2, 7) if before.n_accepted == len(before.drafted) else max(before.k - 1, 1)
+        remaining = 60 - after.position - 1
+        assert after.k == min(expected, remaining), (before.index, before.k, after.k)
