@@ -94,8 +94,8 @@ def full_run(seed: int) -> HeadsRun:
     return HeadsRun(
         name="full", seed=seed, seq_len=128, corpus_sequences=1200, generated_sequences=400, prompt_len=32,
         max_code_files=None, max_prose_docs=None,
-        schedules={"medusa": schedule(300, 3e-3, 8), "mtp": schedule(250, 2e-3, 8),
-                   "eagle": schedule(250, 2e-3, 8), "dflash": schedule(400, 2e-3, 8)},
+        schedules={"medusa": schedule(400, 3e-3, 8), "mtp": schedule(300, 2e-3, 8),
+                   "eagle": schedule(320, 2e-3, 8), "dflash": schedule(450, 2e-3, 8)},
         arch={"medusa": {"num_heads": 4}, "mtp": {"depths": 4, "intermediate": 256, "window": 16},
               "eagle": {"intermediate": 384, "window": 96},
               "dflash": {"layers": 2, "intermediate": 384, "block_size": 6, "window": 64}},
@@ -108,7 +108,7 @@ def quick_run(seed: int) -> HeadsRun:
     return HeadsRun(
         name="quick", seed=seed, seq_len=48, corpus_sequences=12, generated_sequences=4, prompt_len=16,
         max_code_files=8, max_prose_docs=2,
-        schedules={family: schedule(6, 3e-3, 4) for family in FAMILIES},
+        schedules={family: schedule(40, 5e-3, 4) for family in FAMILIES},
         arch={"medusa": {"num_heads": 3}, "mtp": {"depths": 2, "intermediate": 64, "window": 8},
               "eagle": {"intermediate": 64, "window": 32},
               "dflash": {"layers": 1, "intermediate": 64, "block_size": 4, "window": 16}},

@@ -5,6 +5,14 @@ drafter); tokens per pass as bars with the theory line
 E(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha); the ASD regret ledger (spent
 against B, exceptions marked); tokens/s; measured speedup against the
 predicted E / (K c + 1) with the measured c.
+
+Painting, not data, is what costs (a full repaint of five plots is ~80-120 ms
+of Python and QPainter work holding the GIL the engine needs), so while a run
+streams: the plots take turns, one per STAGGER_MS, so each paint covers one
+plot; axes are cached as pixmaps and their ranges grow in steps, so ticks are
+laid out again only when a range steps up; curves are downsampled to the
+plot's width and long bar series are binned, so a paint stays the same size at
+10,000 passes as at 500; and nothing is redrawn when no pass arrived.
 """
 
 from __future__ import annotations
@@ -15,14 +23,17 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 # Redrawing five plots costs far more than appending tokens (axes, paths,
 # Python paint code holding the GIL the engine thread needs), so charts
 # redraw at most this often, even though the session ticks at ~30 Hz.
 MIN_REDRAW_MS = 250
+PLOT_COUNT = 5
+STAGGER_MS = MIN_REDRAW_MS // PLOT_COUNT  # one plot per turn: each plot is redrawn every MIN_REDRAW_MS
 # The x axes grow in these steps, so axis ticks are not re-laid out every tick.
 X_STEPS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
+MAX_BARS = 500  # more passes than this are drawn as bins of consecutive passes (their mean)
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 DRAFTER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
@@ -37,9 +48,12 @@ class RunCharts(QWidget):
         self._drawn_at = 0.0
         self._stale = False
         self._x_span: tuple[float, float] | None = None
+        self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
+        self._turn = 0  # the plot whose turn is next
+        self._drawn_rows = [-1] * PLOT_COUNT  # series size each plot last showed
         self._pending = QTimer(self)
         self._pending.setSingleShot(True)
-        self._pending.timeout.connect(self.refresh)
+        self._pending.timeout.connect(self._draw_next_plot)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground(None)
         self._build_plots()
@@ -59,35 +73,46 @@ class RunCharts(QWidget):
         plot.setLabel("bottom", "pass")
         plot.setLabel("left", y_label)
         plot.showGrid(x=True, y=True, alpha=0.2)
+        plot.enableAutoRange(x=False, y=False)  # ranges grow in steps (_fit_x, _grow_y), never per tick
+        for name in ("left", "bottom"):
+            # An axis (with its grid) is replayed from a picture at every paint otherwise.
+            plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         return plot
+
+    def _line(self, plot: pg.PlotItem, **options) -> pg.PlotDataItem:
+        """A curve drawn with at most about one point per pixel of the plot's width."""
+        curve = plot.plot(**options)
+        curve.setDownsampling(auto=True, method="peak")
+        curve.setClipToView(True)
+        return curve
 
     def _build_plots(self) -> None:
         self.alpha_plot = self._plot(0, 0, "Acceptance α per pass", "α")
         self.alpha_plot.setYRange(0, 1)
         self.alpha_plot.addLegend(offset=(5, 5))
-        self.overall_alpha = self.alpha_plot.plot(pen=pg.mkPen(OVERALL_COLOUR, width=2), name="all, cumulative")
+        self.overall_alpha = self._line(self.alpha_plot, pen=pg.mkPen(OVERALL_COLOUR, width=2), name="all, cumulative")
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
         self.tokens_plot = self._plot(0, 1, "Tokens per pass vs E(α, K)", "tokens")
         self.tokens_bars = self.tokens_plot.plot(stepMode="center", fillLevel=0, pen=pg.mkPen("#0072B2"),
                                                  brush=pg.mkBrush(0, 114, 178, 90))
-        self.tokens_theory = self.tokens_plot.plot(pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
+        self.tokens_theory = self._line(self.tokens_plot, pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
 
         self.ledger_plot = self._plot(0, 2, "ASD regret ledger", "regret")
-        self.ledger_spent = self.ledger_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
-        self.ledger_budget = self.ledger_plot.plot(pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DashLine))
+        self.ledger_spent = self._line(self.ledger_plot, pen=pg.mkPen("#CC79A7", width=2))
+        self.ledger_budget = self._line(self.ledger_plot, pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DashLine))
         self.ledger_marks = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen("#D55E00"), brush=None)
         self.ledger_plot.addItem(self.ledger_marks)
 
         self.speed_plot = self._plot(1, 0, "Throughput", "tokens/s")
-        self.tokens_per_s = self.speed_plot.plot(pen=pg.mkPen("#009E73", width=2))
+        self.tokens_per_s = self._line(self.speed_plot, pen=pg.mkPen("#009E73", width=2))
 
         self.speedup_plot = self._plot(1, 1, "Speedup: measured vs predicted E/(Kc+1)", "×")
         self.speedup_plot.addLegend(offset=(5, 5))
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
-        self.speedup_measured = self.speedup_plot.plot(pen=pg.mkPen("#0072B2", width=2), name="measured")
-        self.speedup_predicted = self.speedup_plot.plot(
-            pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="predicted")
+        self.speedup_measured = self._line(self.speedup_plot, pen=pg.mkPen("#0072B2", width=2), name="measured")
+        self.speedup_predicted = self._line(
+            self.speedup_plot, pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="predicted")
 
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
@@ -97,20 +122,38 @@ class RunCharts(QWidget):
         session.sig_ended.connect(lambda _event: self.refresh())  # the final state, right away
 
     def request_refresh(self) -> None:
-        """Redraw now, or once MIN_REDRAW_MS after the previous redraw; not at all while hidden."""
+        """Redraw the next plot now, or STAGGER_MS after the previous one; not at all while hidden."""
         if not self.isVisible():
             self._stale = True
             return
-        wait_ms = MIN_REDRAW_MS - 1000 * (time.monotonic() - self._drawn_at)
+        if self._pending.isActive():
+            return
+        wait_ms = STAGGER_MS - 1000 * (time.monotonic() - self._drawn_at)
         if wait_ms <= 0:
-            self.refresh()
-        elif not self._pending.isActive():
+            self._draw_next_plot()
+        else:
             self._pending.start(int(wait_ms))
+
+    def _draw_next_plot(self) -> None:
+        """Bring the next out-of-date plot up to the session; come back for the others."""
+        if self._session is None:
+            return
+        rows = self._session.series.size
+        order = [(self._turn + i) % PLOT_COUNT for i in range(PLOT_COUNT)]
+        behind = [i for i in order if self._drawn_rows[i] != rows]
+        if not behind:
+            return  # nothing arrived since every plot was drawn
+        self._drawn_at = time.monotonic()
+        self._draw(behind[0])
+        self._turn = (behind[0] + 1) % PLOT_COUNT
+        if len(behind) > 1:
+            self._pending.start(STAGGER_MS)
 
     def reset(self) -> None:
         """A new run: show it from its first pass."""
         self._from_row = 0
         self._x_span = None
+        self._y_top.clear()
         for rolling, cumulative in self.drafter_curves.values():
             rolling.setData([], [])
             cumulative.setData([], [])
@@ -120,25 +163,50 @@ class RunCharts(QWidget):
         """Hide the passes so far; later passes keep appearing. The session keeps all data for export."""
         self._from_row = self._session.series.size if self._session else 0
         self._x_span = None
+        self._y_top.clear()
         self.refresh()
 
     # --- drawing --------------------------------------------------------------------
     def refresh(self) -> None:
+        """Redraw every plot now (a run's start and end, clear, export)."""
         if self._session is None:
             return
         self._pending.stop()
         self._drawn_at = time.monotonic()
+        for index in range(PLOT_COUNT):
+            self._draw(index)
+
+    def _draw(self, index: int) -> None:
+        """Redraw plot `index` (0 alpha, 1 tokens, 2 ledger, 3 throughput, 4 speedup) from the session."""
         series = self._session.series
+        self._drawn_rows[index] = series.size
         rows = slice(self._from_row, series.size)
         x = series["pass"][rows]
         self._fit_x(x)
-        self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
-        self._draw_drafters(x[0] if len(x) else np.inf)
-        self._draw_tokens(x, series["committed"][rows], series["expected_tokens"][rows])
-        self._draw_ledger(x, series["ledger_spent"][rows], series["budget"][rows], series["exceptions"][rows])
-        self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
-        self.speedup_measured.setData(x, series["speedup_measured"][rows], connect="finite")
-        self.speedup_predicted.setData(x, series["speedup_predicted"][rows], connect="finite")
+        if index == 0:
+            self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
+            self._draw_drafters(x[0] if len(x) else np.inf)
+        elif index == 1:
+            self._draw_tokens(x, series["committed"][rows], series["expected_tokens"][rows])
+        elif index == 2:
+            self._draw_ledger(x, series["ledger_spent"][rows], series["budget"][rows], series["exceptions"][rows])
+        elif index == 3:
+            self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
+            self._grow_y(self.speed_plot, series["tokens_per_s"][rows])
+        else:
+            measured, predicted = series["speedup_measured"][rows], series["speedup_predicted"][rows]
+            self.speedup_measured.setData(x, measured, connect="finite")
+            self.speedup_predicted.setData(x, predicted, connect="finite")
+            self._grow_y(self.speedup_plot, measured, predicted, floor=2.0)
+
+    def _grow_y(self, plot: pg.PlotItem, *values: np.ndarray, floor: float = 1.0) -> None:
+        """Show 0 .. a round ceiling above the data; the range only steps up (within a run)."""
+        finite = [v[np.isfinite(v)] for v in values]
+        top = max([floor] + [float(v.max()) for v in finite if v.size])
+        if top > self._y_top.get(id(plot), 0.0):
+            ceiling = _round_up(top)
+            self._y_top[id(plot)] = ceiling
+            plot.setYRange(0.0, ceiling, padding=0.02)
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -174,15 +242,17 @@ class RunCharts(QWidget):
         return self.drafter_curves[name]
 
     def _draw_tokens(self, x: np.ndarray, committed: np.ndarray, expected: np.ndarray) -> None:
-        edges = np.append(x - 0.5, x[-1] + 0.5) if len(x) else np.array([])
-        self.tokens_bars.setData(edges, committed)
+        edges, heights = _bars(x, committed)
+        self.tokens_bars.setData(edges, heights)
         self.tokens_theory.setData(x, expected, connect="finite")
+        self._grow_y(self.tokens_plot, committed, expected, floor=2.0)
 
     def _draw_ledger(self, x, spent, budget, exceptions) -> None:
         self.ledger_spent.setData(x, spent)
         self.ledger_budget.setData(x, budget)
         new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else []
         self.ledger_marks.setData(x[new_exception], spent[new_exception])
+        self._grow_y(self.ledger_plot, spent, budget)
 
     # --- export -----------------------------------------------------------------------
     def export_png(self, path: str) -> None:
@@ -191,7 +261,7 @@ class RunCharts(QWidget):
         exporter.export(str(path))
 
     def point_counts(self) -> dict[str, int]:
-        """Points drawn per curve (for tests and diagnostics)."""
+        """Points drawn per curve (for tests and diagnostics); past MAX_BARS passes, bars count bins."""
         curves = {"alpha": self.overall_alpha, "tokens_theory": self.tokens_theory, "ledger": self.ledger_spent,
                   "tokens_per_s": self.tokens_per_s, "speedup_measured": self.speedup_measured,
                   "speedup_predicted": self.speedup_predicted}
@@ -199,3 +269,23 @@ class RunCharts(QWidget):
         bars_y = self.tokens_bars.getData()[1]
         counts["tokens_bars"] = 0 if bars_y is None else len(bars_y)
         return counts
+
+
+def _bars(x: np.ndarray, heights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step-mode bar edges (n + 1) and heights (n); over MAX_BARS passes, bins of consecutive passes (their mean)."""
+    if not len(x):
+        return np.array([]), np.array([])
+    if len(x) <= MAX_BARS:
+        return np.append(x - 0.5, x[-1] + 0.5), heights
+    size = -(-len(x) // MAX_BARS)
+    starts = np.arange(0, len(x), size)
+    means = np.add.reduceat(heights, starts) / np.diff(np.append(starts, len(x)))
+    return np.append(x[starts] - 0.5, x[-1] + 0.5), means
+
+
+def _round_up(value: float) -> float:
+    """The smallest of 1, 2, 5 x 10^n at or above `value`."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** np.floor(np.log10(value))
+    return float(next(step * power for step in (1, 2, 5, 10) if step * power >= value))

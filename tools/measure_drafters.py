@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Measure the learned drafters next to the draft model, prompt lookup and layer skip on the demo target.
+
+    python tools/measure_drafters.py                  # prints JSON, updates "## Learned drafters" in the card
+    python tools/measure_drafters.py --no-card --repeats 1
+
+Two measurements, both greedy, in one process:
+
+1. Top-1 agreement per draft position on held-out text (teacher-forced): at
+   anchors t of held-out blocks, each drafter drafts K tokens after x_0 .. x_t
+   and the target writes its own greedy chain g_0 .. g_{K-1}; position j scores
+   P(d_j = g_j | d_i = g_i for all i < j), the acceptance rate of that position
+   under greedy verification. Its product gives the expected accepted length.
+2. Speculative decoding with the real engine at K = 4 on a held-out prompt set:
+   alpha, tokens per pass, measured c (draft time per drafted token over
+   verification time per pass) and speed-up = autoregressive time / drafter
+   time, from medians of repeated runs (drafters interleaved in each repeat so
+   a change in machine load hits all of them alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tools")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no spinning on a shared CPU
+
+import torch  # noqa: E402
+
+from app.engine.cached_model import CachedModel  # noqa: E402
+from app.engine.decoder import SpeculativeDecoder  # noqa: E402
+from app.engine.drafters import build_drafter  # noqa: E402
+from app.engine.events import EndEvent, PassEvent  # noqa: E402
+from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
+from app.engine.sampling import TokenSampler  # noqa: E402
+from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
+from demo_training.checkpoint import atomic_write_text  # noqa: E402
+from demo_training.corpus import split_documents  # noqa: E402
+from demo_training.data import pack_blocks, spread_blocks  # noqa: E402
+from demo_training.evaluation import CODE_PROMPTS  # noqa: E402
+
+LEARNED = ("medusa", "mtp", "eagle", "dflash")
+BASELINES = ("draft-model", "prompt-lookup", "layer-skip")
+SECTION = "## Learned drafters"
+K = 4
+
+
+# ---- teacher-forced agreement -------------------------------------------------------------------
+
+
+def heldout_blocks(tokenizer, block: int, per_domain: int) -> list[torch.Tensor]:
+    split = split_documents()
+    blocks = []
+    for documents in (split.heldout_code, split.heldout_prose):
+        ids: list[int] = []
+        for text in (d.text for d in documents):
+            ids += [tokenizer.eos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
+        blocks += list(spread_blocks(pack_blocks(torch.tensor(ids), block), per_domain))
+    return blocks
+
+
+def greedy_chain(cached: CachedModel, prefix: torch.Tensor, k: int) -> list[int]:
+    """The target's own next k greedy tokens after `prefix`."""
+    logits = cached.advance_to(prefix)[-1]
+    chain = [int(logits.argmax())]
+    for _ in range(k - 1):
+        chain.append(int(cached.extend(torch.tensor(chain[-1:]))[-1].argmax()))
+    return chain
+
+
+def agreement(models, names, blocks: list[torch.Tensor], stride: int) -> dict[str, list[float]]:
+    """Conditional top-1 agreement per draft position for each drafter in `names`."""
+    sampler = TokenSampler(None, torch.Generator())
+    drafters = {name: build_drafter(name, models, DrafterOptions()) for name in names}
+    reached = {name: [0] * K for name in names}
+    agreed = {name: [0] * K for name in names}
+    chain_model = CachedModel(models.target)
+    for block in blocks:
+        with torch.inference_mode():
+            hidden = models.target(input_ids=block[None].to(models.device), output_hidden_states=True).hidden_states
+        for t in range(16, block.numel() - 1, stride):
+            prefix = block[: t + 1]
+            truth = greedy_chain(chain_model, prefix, K)
+            for name, drafter in drafters.items():
+                features = [hidden[layer][0, :t] for layer in drafter.feature_layers] or None
+                draft = drafter.propose(prefix, K, sampler, features)
+                tokens = draft.tokens.tolist() if draft is not None else []
+                for j in range(K):
+                    reached[name][j] += 1
+                    if j >= len(tokens) or tokens[j] != truth[j]:
+                        break
+                    agreed[name][j] += 1
+    return {name: [agreed[name][j] / max(1, reached[name][j]) for j in range(K)] for name in names}
+
+
+# ---- speculative decoding speed -----------------------------------------------------------------
+
+
+def prompt_set(tokenizer, count: int = 3) -> list[str]:
+    """The demo card's code prompts plus the openings of held-out reference topics."""
+    prose = split_documents().heldout_prose[:count]
+    openings = [tokenizer.decode(tokenizer(d.text, add_special_tokens=False)["input_ids"][:24]) for d in prose]
+    return list(CODE_PROMPTS) + openings
+
+
+def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...], max_new: int) -> dict:
+    settings = DecodeSettings(drafters=drafters, k=K, max_new_tokens=max_new)
+    passes, started = [], time.perf_counter()
+    for event in decoder.generate(prompt, settings):
+        if isinstance(event, PassEvent):
+            passes.append(event)
+        end = event
+    seconds = time.perf_counter() - started
+    assert isinstance(end, EndEvent) and end.reason != "error", end
+    return {"seconds": seconds, "tokens": list(end.token_ids), "passes": len(passes),
+            "drafted": sum(len(p.drafted) for p in passes), "accepted": sum(p.n_accepted for p in passes),
+            "c": end.stats.c}
+
+
+def speed(models, names, prompts: list[str], repeats: int, max_new: int) -> dict:
+    decoder = SpeculativeDecoder(models)
+    runs = {name: {p: [] for p in prompts} for name in ("autoregressive", *names)}
+    for prompt in prompts:  # warm-up: allocators, caches, lazy imports
+        generate(decoder, prompt, (), 8)
+    for _ in range(repeats):
+        for prompt in prompts:
+            for name in runs:
+                runs[name][prompt].append(generate(decoder, prompt, () if name == "autoregressive" else (name,),
+                                                   max_new))
+    reference = runs["autoregressive"]
+    ar_seconds = sum(statistics.median(r["seconds"] for r in reference[p]) for p in prompts)
+    summary = {}
+    for name, by_prompt in runs.items():
+        first = [by_prompt[p][0] for p in prompts]
+        assert all(r["tokens"] == reference[p][0]["tokens"] for p, r in zip(prompts, first)), name  # greedy identity
+        seconds = sum(statistics.median(r["seconds"] for r in by_prompt[p]) for p in prompts)
+        drafted = sum(r["drafted"] for r in first)
+        cs = [r["c"] for p in prompts for r in by_prompt[p] if r["c"] is not None]
+        summary[name] = {
+            "alpha": sum(r["accepted"] for r in first) / drafted if drafted else None,
+            "tokens_per_pass": sum(len(r["tokens"]) for r in first) / sum(r["passes"] for r in first),
+            "c": statistics.median(cs) if cs else None,
+            "seconds": round(seconds, 3),
+            "speedup": ar_seconds / seconds,
+        }
+    return summary
+
+
+# ---- model card ----------------------------------------------------------------------------------
+
+
+def fmt(value, pattern: str = "{:.2f}") -> str:
+    return "–" if value is None else pattern.format(value)
+
+
+def render_section(report: dict) -> str:
+    heads = report["heads"]
+    lines = [SECTION, "",
+             "Trained with `python tools/train_heads.py` against the frozen target (self-distillation: labels are "
+             "the target's own top-8 probabilities on the demo corpus and on text the target wrote); weights under "
+             "`heads/<family>/` (fp16; each borrows the target's embeddings and LM head, format in `heads/FORMAT.md`). "
+             f"Measured with `python tools/measure_drafters.py` ({report['hardware']}).", "",
+             "| drafter | what | parameters | training |", "|---|---|---|---|"]
+    for name in LEARNED:
+        if name in heads:
+            h = heads[name]
+            lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
+                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min |")
+    agreement_rows = report["agreement"]
+    lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
+              f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
+              "drafts 1 .. j-1 matched the target's greedy chain, so it is the greedy acceptance rate of that "
+              "position):", "",
+              "| drafter | 1 | 2 | 3 | 4 | expected accepted of 4 |", "|---|---|---|---|---|---|"]
+    for name, rates in agreement_rows.items():
+        expected, running = 0.0, 1.0
+        for rate in rates:
+            running *= rate
+            expected += running
+        lines.append(f"| `{name}` | " + " | ".join(f"{100 * r:.1f} %" for r in rates) + f" | {expected:.2f} |")
+    lines += ["", f"Greedy speculative decoding with the engine, K = {K}, {report['prompts']} held-out prompts x "
+              f"{report['max_new_tokens']} new tokens, median of {report['repeats']} repeats (c = draft time per "
+              "drafted token / verification time per pass; speed-up = autoregressive wall time / drafter wall time, "
+              "same process):", "",
+              "| drafter | alpha | tokens per pass | c | speed-up |", "|---|---|---|---|---|"]
+    for name, row in report["speed"].items():
+        lines.append(f"| `{name}` | {fmt(row['alpha'])} | {row['tokens_per_pass']:.2f} | {fmt(row['c'], '{:.3f}')} "
+                     f"| {row['speedup']:.2f}x |")
+    lines += ["", "Every run's output equals autoregressive greedy decoding token for token. CPU timings on a "
+              "machine shared with other jobs: compare rows with each other, not across machines.", ""]
+    return "\n".join(lines)
+
+
+def upsert_section(card: Path, section: str) -> None:
+    """Replace the card's learned-drafters section, or append it; the rest of the card is untouched."""
+    text = card.read_text() if card.exists() else ""
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text)
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section
+    atomic_write_text(card, text.rstrip("\n") + "\n")
+
+
+WHAT = {"medusa": "residual heads on the last hidden state",
+        "mtp": "sequential depth modules, one block each",
+        "eagle": "one decoder layer over fused low/mid/high features",
+        "dflash": "block drafter, one bidirectional forward"}
+
+
+def head_summary(models) -> dict:
+    out = {}
+    for name, spec in models.extras.items():
+        training = spec.config.training
+        out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
+                     "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0)}
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--heads", help="heads folder (default: the demo's)")
+    parser.add_argument("--target", help="target folder (default: the demo family, from playground.json)")
+    parser.add_argument("--draft", help="draft model folder (with --target)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--blocks", type=int, default=8, help="held-out blocks per domain for agreement")
+    parser.add_argument("--stride", type=int, default=8, help="anchor spacing inside a block")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--card", type=Path, default=DEMO_DIR / "MODEL_CARD.md")
+    parser.add_argument("--no-card", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    models = load_models(args.target, args.draft, device="cpu", dtype="float32", heads=args.heads)
+    names = [n for n in BASELINES + LEARNED if n in models.available_drafters]
+    blocks = heldout_blocks(models.tokenizer, 128, args.blocks)
+    started = time.monotonic()
+    agree = agreement(models, names, blocks, args.stride)
+    print(f"[measure] agreement in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    prompts = prompt_set(models.tokenizer)
+    report = {"agreement": agree, "anchors": sum(len(range(16, b.numel() - 1, args.stride)) for b in blocks),
+              "speed": speed(models, names, prompts, args.repeats, args.max_new_tokens),
+              "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
+              "heads": head_summary(models),
+              "hardware": f"{torch.get_num_threads()} CPU thread, float32"}
+    print(json.dumps(report, indent=2))
+    if not args.no_card:
+        upsert_section(args.card, render_section(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
