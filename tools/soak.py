@@ -169,15 +169,17 @@ def soak_long(app, window, models, tokens: int) -> dict:
     rss_before = rss_mb()
     beat = Heartbeat()
     beat.start()
-    started = time.perf_counter()
+    started, gui_cpu = time.perf_counter(), time.thread_time()
     end = generate_in_window(window, settings)
-    wall_s = time.perf_counter() - started
+    wall_s, gui_cpu = time.perf_counter() - started, time.thread_time() - gui_cpu
     beat.stop()
     settle(app)
     gc.collect()
     return {
         "tokens": len(end.token_ids), "reason": end.reason, "passes": end.passes, "wall_s": round(wall_s, 2),
         "engine_tokens_per_s": round(tokens_per_s(end), 1),
+        # CPU the GUI thread burnt: unlike stalls, barely moved by other processes on a shared machine.
+        "gui_thread_cpu_s": round(gui_cpu, 2), "gui_cpu_share_of_wall": round(gui_cpu / wall_s, 3),
         "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_mb(), 1),
         "rss_growth_mb": round(rss_mb() - rss_before, 1),
         "rss_growth_kb_per_1k_tokens": round(1024 * (rss_mb() - rss_before) / max(1, len(end.token_ids)) * 1000, 1),
@@ -235,12 +237,14 @@ def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3
     """Engine tokens/s in the window (heartbeat running) vs headless, interleaved; the longest stall."""
     settings = settings_for(models, tokens)
     generate_headless(decoder, settings_for(models, 64))  # warm-up
-    headless, windowed, stalls = [], [], []
+    headless, windowed, stalls, gui_cpu = [], [], [], []
     for _ in range(repeats):
         headless.append(tokens_per_s(generate_headless(decoder, settings)))
         beat = Heartbeat()
         beat.start()
+        cpu = time.thread_time()
         windowed.append(tokens_per_s(generate_in_window(window, settings)))
+        gui_cpu.append(round(time.thread_time() - cpu, 2))
         beat.stop()
         stalls.append(beat.summary())
         settle(app)
@@ -252,7 +256,7 @@ def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3
         "window_tokens_per_s": [round(v, 1) for v in windowed],
         "ratio_of_medians": round(best_w / best_h, 3) if best_h else None,
         "max_stall_ms": worst["max_stall_ms"], "p99_gap_ms": worst["p99_gap_ms"],
-        "stalls_over_50ms": [s["stalls_over_50ms"] for s in stalls],
+        "stalls_over_50ms": [s["stalls_over_50ms"] for s in stalls], "gui_thread_cpu_s": gui_cpu,
     }
 
 

@@ -279,23 +279,33 @@ def unrolled_mask(rows: int, step: int, window: int) -> torch.Tensor:
     return torch.cat([committed, own], dim=1)
 
 
-def eagle_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
-    """Training-time test: step 0 reads target features, steps 1.. read the head's own outputs."""
-    tokens, features, ids, probs = batch
+def eagle_unrolled(module, parts, tokens: torch.Tensor, features, steps: int) -> list[torch.Tensor]:
+    """Outputs o (B, T-1, H) of each unrolled step; row i of step s sits at position i+s and predicts x_{i+s+2}.
+
+    Step 0 reads the target's fused features, step s >= 1 the head's own outputs of step s-1 (training-time test).
+    """
     T = tokens.shape[1]
-    rows = torch.arange(T - 1)  # anchor i: step s sits at position i+s, reads x_{i+s+1}, predicts x_{i+s+2}
-    fused = module.fuse(torch.cat(features, -1))[:, :-1]  # (B, T-1, H)
+    rows = torch.arange(T - 1)
+    feature = module.fuse(torch.cat(features, -1))[:, :-1]  # (B, T-1, H)
     embedded = parts.embed(tokens)  # (B, T, H)
-    feature, memory, total = fused, None, 0.0
-    for s in range(run.eagle_unroll):
-        u = module.rows(embedded[:, (rows + s + 1).clamp(max=T - 1)], feature)  # (B, T-1, H)
+    memory, outputs = None, []
+    for s in range(steps):
+        u = module.rows(embedded[:, (rows + s + 1).clamp(max=T - 1)], feature)  # (B, T-1, H): reads x_{i+s+1}
         kv = module.block.keys_values(u, rows + s)
         memory = kv if memory is None else memory.cat(kv)
         mask = window_mask(rows, rows, module.window) if s == 0 else unrolled_mask(T - 1, s, module.window)
-        feature = module.block(u, rows + s, memory, mask)  # (B, T-1, H): own outputs, next step's features
+        feature = module.block(u, rows + s, memory, mask)  # own outputs: the next step's features
+        outputs.append(feature)
+    return outputs
+
+
+def eagle_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
+    tokens, features, ids, probs = batch
+    T, total = tokens.shape[1], 0.0
+    for s, output in enumerate(eagle_unrolled(module, parts, tokens, features, run.eagle_unroll)):
         picked = sampled_rows(T - 1, run.loss_rows, generator)
         target_pos = picked + s + 1
-        total = total + POSITION_DECAY ** s * head_loss(parts, module.out_norm(feature[:, picked]), ids, probs,
+        total = total + POSITION_DECAY ** s * head_loss(parts, module.out_norm(output[:, picked]), ids, probs,
                                                         target_pos, target_pos <= T - 1)
     return total
 
@@ -310,18 +320,24 @@ def dflash_mask(anchors: torch.Tensor, T: int, block: int, window: int) -> torch
     return torch.cat([sees_context, same_block], dim=1)
 
 
+def dflash_forward(module, parts, tokens: torch.Tensor, features, anchors: torch.Tensor) -> torch.Tensor:
+    """Block outputs (B, A*bs, H) for anchors (A,); row j of anchor a sits at a+j and predicts x_{a+j}."""
+    T, bs = tokens.shape[1], module.block_size
+    context = module.context(features)  # (B, T, H)
+    rows = module.block_rows(parts.embed(tokens[:, anchors])).flatten(1, 2)  # (B, A*bs, H)
+    positions = anchors.repeat_interleave(bs) + torch.arange(bs).repeat(len(anchors))  # (A*bs,)
+    return module(rows, positions, context, torch.arange(T), dflash_mask(anchors, T, bs, module.window))
+
+
 def dflash_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
     tokens, features, ids, probs = batch
     T, bs = tokens.shape[1], module.block_size
     anchors = (torch.randperm(T - bs, generator=generator)[: run.dflash_anchors] + 1).sort().values  # in 1..T-bs
-    context = module.context(features)  # (B, T, H)
-    rows = module.block_rows(parts.embed(tokens[:, anchors])).flatten(1, 2)  # (B, A*bs, H)
+    hidden = dflash_forward(module, parts, tokens, features, anchors)
     offsets = torch.arange(bs).repeat(len(anchors))  # (A*bs,) j
-    positions = anchors.repeat_interleave(bs) + offsets  # block row j of anchor a sits at a+j
-    hidden = module(rows, positions, context, torch.arange(T), dflash_mask(anchors, T, bs, module.window))
     drafts = offsets > 0  # row j >= 1 predicts x_{a+j}: label at a+j-1
     weight = POSITION_DECAY ** (offsets[drafts] - 1).float()
-    target_pos = positions[drafts] - 1
+    target_pos = (anchors.repeat_interleave(bs) + offsets)[drafts] - 1
     logits = parts.logits(hidden[:, drafts])  # (B, R, V)
     B = tokens.shape[0]
     return soft_ce(logits.flatten(0, 1), ids[:, target_pos].flatten(0, 1), probs[:, target_pos].flatten(0, 1),
@@ -387,8 +403,8 @@ and refuses heads that do not fit with a message naming the difference.
 - `eagle`: `fuse` (H, nH), `proj` (H, 2H), one transformer block, `out_norm`; window `arch.window`.
 - `dflash`: `fuse` (H, nH), `context_norm`, `mask_embedding` (H,), `layers.L.*`, `out_norm`; block `arch.block_size`.
 
-Transformer blocks are pre-norm Llama-style (RMSNorm, RoPE attention without
-biases, SwiGLU MLP): `attn_norm`, `attn.{q,k,v,o}_proj`, `mlp_norm`,
+Transformer blocks are pre-norm Llama-style (RMSNorm eps 1e-6, RoPE base 10000 in
+the half-split layout, attention without biases, SwiGLU MLP): `attn_norm`, `attn.{q,k,v,o}_proj`, `mlp_norm`,
 `mlp.{gate,up,down}_proj`.
 """
 

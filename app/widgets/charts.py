@@ -123,7 +123,7 @@ class RunCharts(QWidget):
 
     def request_refresh(self) -> None:
         """Redraw the next plot now, or STAGGER_MS after the previous one; not at all while hidden."""
-        if not self.isVisible():
+        if not self._on_screen():
             self._stale = True
             return
         if self._pending.isActive():
@@ -133,6 +133,10 @@ class RunCharts(QWidget):
             self._draw_next_plot()
         else:
             self._pending.start(int(wait_ms))
+
+    def _on_screen(self) -> bool:
+        # A dock behind another tab can report isVisible() while no pixel of it shows.
+        return self.isVisible() and not self.visibleRegion().isEmpty()
 
     def _draw_next_plot(self) -> None:
         """Bring the next out-of-date plot up to the session; come back for the others."""

@@ -135,3 +135,114 @@ def test_cli_jsonl_schema(tiny_llama):
         for t in p["drafted"]:
             assert {"id", "text", "q", "p", "target_id", "regret", "outcome"} <= set(t)
     assert len(events[-1]["token_ids"]) == 12 and events[-1]["reason"] == "max_tokens"
+
+
+# --- damaged files, devices, padded vocabularies, unusual text ------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_damaged_weights_are_a_load_error_with_a_hint(tiny_llama, tmp_path, damage):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_llama[0], folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"not weights" * 50, "empty": b""}[damage])
+    with pytest.raises(ModelLoadError) as info:
+        load_models(str(folder))
+    assert "damaged or incomplete" in str(info.value) and "again" in str(info.value)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "mps"])
+def test_unavailable_device_is_named(tiny_llama, device):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has the device")
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has the device")
+    with pytest.raises(ModelLoadError, match="not available|does not exist"):
+        load_models(str(tiny_llama[0]), device=device)
+
+
+@pytest.fixture(scope="module")
+def padded_pair(tiny_llama, tmp_path_factory):
+    """The tiny target and a drafter with the same tokenizer but 64 padded vocabulary rows that would win argmax."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama[0])
+    folder = make_model(tmp_path_factory.mktemp("padded") / "draft", "llama", tokenizer, layers=1, hidden=32,
+                        seed=3, vocab_size=len(tokenizer) + 64)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():  # padding rows = a real row x 50: unless masked, they dominate whenever it is positive
+        head = model.get_output_embeddings().weight
+        head[len(tokenizer):] = 50 * head[5]
+    model.save_pretrained(folder)
+    return str(tiny_llama[0]), str(folder), len(tokenizer)
+
+
+def test_drafter_with_padded_vocabulary_is_masked_not_refused(padded_pair):
+    from app.engine.events import PassEvent
+
+    target, draft, vocab = padded_pair
+    models = load_models(target, draft)
+    assert models.draft.get_output_embeddings().weight.shape[0] == vocab + 64
+    decoder = SpeculativeDecoder(models)
+    prompt = "def add(a, b):\n    return a + b\n\ndef"
+    plain = list(decoder.generate(prompt, DecodeSettings(drafters=(), max_new_tokens=24)))[-1]
+    events = list(decoder.generate(prompt, DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=24)))
+    drafted = [t.id for e in events if isinstance(e, PassEvent) for t in e.drafted]
+    assert drafted and max(drafted) < vocab  # padding never proposed
+    assert events[-1].reason == "max_tokens" and events[-1].token_ids == plain.token_ids  # greedy identity kept
+    sampled = list(decoder.generate(prompt, DecodeSettings(drafters=("draft-model",), verify="sample",
+                                                           max_new_tokens=16, seed=2)))[-1]
+    assert sampled.reason == "max_tokens", sampled.error
+
+
+UNUSUAL_PROMPTS = {
+    "emoji": "emoji 🙂👩‍👩‍👧 and flags 🇫🇷:",
+    "right-to-left": "مرحبا بالعالم שלום עולם",
+    "combining": "e\u0301 n\u0303 a\u0308 Z\u0351\u0352",
+    "control": "bell\x07 esc\x1b[31m nul\x00 del\x7f cr\r\n tab\t",
+    "bidi-override": "\u202eevil\u202c \u200b\ufeff",
+}
+
+
+@pytest.mark.parametrize("name", list(UNUSUAL_PROMPTS))
+def test_unusual_characters_in_the_prompt(tiny_llama, name):
+    import json
+
+    from app.engine.events import to_json_line
+
+    prompt = UNUSUAL_PROMPTS[name]
+    decoder = SpeculativeDecoder(load_models(str(tiny_llama[0])))
+    events = list(decoder.generate(prompt, DecodeSettings(drafters=("prompt-lookup",), max_new_tokens=12)))
+    assert events[-1].reason == "max_tokens", events[-1].error
+    lines = [json.loads(to_json_line(e)) for e in events]
+    assert lines[0]["prompt_text"] == prompt  # nothing lost on the way through JSON
+
+
+def test_prompt_with_invalid_unicode_is_a_settings_error(tiny_llama):
+    decoder = SpeculativeDecoder(load_models(str(tiny_llama[0])))
+    with pytest.raises(SettingsError, match="not valid Unicode"):
+        decoder.generate("bytes \udcff from a latin-1 file", DecodeSettings(drafters=()))
+
+
+def test_cli_unusual_prompt_on_an_ascii_console(tiny_llama):
+    import json
+    import os
+
+    prompt = "".join(UNUSUAL_PROMPTS.values()).replace("\x00", "")  # argv cannot carry NUL
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "ascii"}
+    base = [sys.executable, "-m", "app", "run", "--prompt", prompt, "--target", str(tiny_llama[0]),
+            "--drafter", "prompt-lookup", "--max-new-tokens", "6"]
+    jsonl = subprocess.run(base + ["--jsonl"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert jsonl.returncode == 0, jsonl.stderr
+    events = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    assert events[0]["prompt_text"] == prompt and events[-1]["reason"] == "max_tokens"
+    text = subprocess.run(base, cwd=ROOT, capture_output=True, timeout=300, env=env)
+    assert text.returncode == 0, text.stderr
+    bad = subprocess.run(base[:5] + [b"bad \xff byte"] + base[6:], cwd=ROOT, capture_output=True, timeout=300, env=env)
+    lines = [line for line in bad.stderr.decode(errors="replace").splitlines() if line.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and "not valid Unicode" in lines[0], bad.stderr

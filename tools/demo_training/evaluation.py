@@ -22,10 +22,13 @@ from .data import pack_blocks, spread_blocks, token_stream
 from .models import parameter_count
 from .objectives import exit_logits
 
+# Prompts end before the newline on purpose: byte-level BPE merges a newline
+# with the next line's indentation, so a prompt ending in a bare "\n" puts
+# the model off-distribution (it then tends to start an unindented line).
 CODE_PROMPTS = (
-    "def fibonacci(n):\n",
-    "import os\n\n\ndef read_lines(path):\n",
-    "class Stack:\n    def __init__(self):\n",
+    "def fibonacci(n):",
+    "import os\n\n\ndef read_lines(path):",
+    "class Stack:\n    def __init__(self):",
 )
 # Draft length assumed when ranking early exits (see recommend_exit).
 RANKING_DRAFT_LENGTH = 4
