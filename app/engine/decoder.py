@@ -385,7 +385,6 @@ class SpeculativeDecoder:
         detail = PassDetail(
             p_top=_top(p),
             q_top=_top(draft.q) if draft is not None and draft.q is not None else (),
-            residual_top=_top(verdict.residual[None])[0] if verdict.residual is not None else (),
             asd_remaining=asd_remaining,
             residual=residual, residual_other=residual_other, residual_norm=residual_norm,
             asd_gate=None if asd is None else asd.gate, asd_cap=None if asd is None else asd.cap,

@@ -97,7 +97,6 @@ class PassDetail:
 
     p_top: tuple[tuple[TokenProb, ...], ...]  # K+1 rows
     q_top: tuple[tuple[TokenProb, ...], ...]  # K rows, empty when q is one-hot
-    residual_top: tuple[TokenProb, ...]  # norm(max(0, p - q)) at the first rejection, sampling only
     asd_remaining: float | None  # B - s read at block start
     # At the first rejection under sampling: p, q and r on the union of the top tokens of p_n, q_n and r
     # (at most 3 x 8 entries, so events stay small), the residual mass outside those tokens (the

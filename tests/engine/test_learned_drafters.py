@@ -274,6 +274,7 @@ def trainer():
     """tools/train_heads.py as a module (its training-side forward passes)."""
     spec = importlib.util.spec_from_file_location("train_heads", TRAIN_SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_heads", module)  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
