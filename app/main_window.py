@@ -213,8 +213,11 @@ class MainWindow(QMainWindow):
         self.push_settings()
         self.sig_models_changed.emit(models)
 
-    def load_models_async(self, request: dict) -> ModelLoadThread | None:
-        """Load in a thread; on failure the current models stay. None if a load is already running."""
+    def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
+        """Load in a thread; on failure the current models stay. None if a load is already running.
+
+        `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
+        """
         if self._loader is not None:
             return None
         self._loader = ModelLoadThread(**request)
@@ -222,6 +225,8 @@ class MainWindow(QMainWindow):
         self._loader.sig_failed.connect(self._on_load_failed)
         self._loader.sig_progress.connect(lambda message, *_: self.status.showMessage(message))
         self._loader.finished.connect(self._reap_loader)
+        if watch is not None:
+            watch(self._loader)
         self._loader.start()
         return self._loader
 
@@ -254,11 +259,8 @@ class MainWindow(QMainWindow):
         if self.is_busy:
             dialog.show_error("Stop the running generation or race before loading other models.")
             return
-        thread = self.load_models_async(request)
-        if thread is None:
+        if self.load_models_async(request, watch=dialog.watch) is None:
             dialog.show_error("A load is already running; wait for it to finish.")
-            return
-        dialog.watch(thread)
 
     # --- generation ----------------------------------------------------------------------------
     @property

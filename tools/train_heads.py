@@ -38,7 +38,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the build never needs the hub
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 from app.engine.drafters.heads import (  # noqa: E402
     FAMILIES, HeadConfig, TargetParts, TargetShape, build_module, default_config, save_head,
@@ -94,8 +93,8 @@ def full_run(seed: int) -> HeadsRun:
     return HeadsRun(
         name="full", seed=seed, seq_len=128, corpus_sequences=1200, generated_sequences=400, prompt_len=32,
         max_code_files=None, max_prose_docs=None,
-        schedules={"medusa": schedule(400, 3e-3, 8), "mtp": schedule(300, 2e-3, 8),
-                   "eagle": schedule(320, 2e-3, 8), "dflash": schedule(450, 2e-3, 8)},
+        schedules={"medusa": schedule(300, 3e-3, 8), "mtp": schedule(240, 2e-3, 8),
+                   "eagle": schedule(280, 2e-3, 8), "dflash": schedule(400, 2e-3, 8)},
         arch={"medusa": {"num_heads": 4}, "mtp": {"depths": 4, "intermediate": 256, "window": 16},
               "eagle": {"intermediate": 384, "window": 96},
               "dflash": {"layers": 2, "intermediate": 384, "block_size": 6, "window": 64}},
@@ -135,6 +134,12 @@ def target_checksum(folder: Path) -> str:
     for path in sorted(Path(folder).glob("*.safetensors")):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def display_name(folder: Path) -> str:
+    """The target's folder relative to the repository when inside it (config.json stays machine-independent)."""
+    folder = folder.resolve()
+    return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else str(folder)
 
 
 def corpus_stream(tokenizer, documents) -> torch.Tensor:
@@ -351,7 +356,7 @@ LOSSES = {"medusa": medusa_loss, "mtp": mtp_loss, "eagle": eagle_loss, "dflash":
 
 
 def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetShape, target_name: str,
-                 cache: Path, checkpoint_seconds: float) -> tuple[HeadConfig, torch.nn.Module]:
+                 checksum: str, cache: Path, checkpoint_seconds: float) -> tuple[HeadConfig, torch.nn.Module]:
     config = default_config(family, shape, target_name, **run.arch[family])
     torch.manual_seed(run.seed)
     module = build_module(config).float()
@@ -373,7 +378,7 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
                 "data": "stdlib code + language reference (tools/demo_training corpus) and target continuations; "
                         "labels: target top-8 probabilities",
-                "target_checksum": target_checksum(Path(target_name)) if Path(target_name).is_dir() else None}
+                "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
 
 
@@ -437,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     out = (args.out or DEMO_HEADS).resolve()
     target, tokenizer = load_target(args.target)
     shape = TargetShape.of(target, target.config.num_hidden_layers)
-    cache = args.cache_dir.resolve() / f"{run.name}-{target_checksum(args.target)}"
+    checksum = target_checksum(args.target)
+    cache = args.cache_dir.resolve() / f"{run.name}-{checksum}"
     cache.mkdir(parents=True, exist_ok=True)
     layers = tuple(sorted({i for f in families for i in default_config(f, shape).feature_layers}))
     started = time.monotonic()
@@ -446,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for family in families:
         log(f"training {family}")
-        config, module = train_family(family, target, data, run, shape, str(args.target), cache,
-                                      60 * args.checkpoint_minutes)
+        config, module = train_family(family, target, data, run, shape, display_name(args.target), checksum,
+                                      cache, 60 * args.checkpoint_minutes)
         export(out, family, config, module)
         summary[family] = config.training
         log(f"{family}: {config.training['steps']} steps in {config.training['seconds']}s, "

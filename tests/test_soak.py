@@ -1,0 +1,41 @@
+"""The soak checks of tools/soak.py at a size the suite can afford: a long run in the window with live charts,
+then consecutive generations. Full size: `python tools/soak.py` (figures in the project's notes)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SOAK = Path(__file__).resolve().parents[1] / "tools" / "soak.py"
+
+
+@pytest.fixture
+def soak():
+    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
+    models, decoder = soak.load(None, None, tmp_path)
+    assert models.context_length >= 10_000  # the long-context tiny model the full soak needs
+    app, window = soak.open_window(models, decoder, tmp_path)
+    qtbot.addWidget(window)
+    try:
+        long = soak.soak_long(app, window, models, tokens=800)
+        print(long)
+        assert long["tokens"] == 800 and long["reason"] == "max_tokens"
+        assert long["view_tokens"] > 0 and long["ticks"] > 0
+        assert long["rss_growth_mb"] < 150  # generous: the shared machine's allocator is noisy at this size
+
+        repeat = soak.soak_repeat(app, window, models, runs=8, tokens=24)
+        print(repeat)
+        assert repeat["thread_growth"] == 0 and repeat["qobject_growth"] <= 0
+        assert all(sample["session_events"] <= 2 + 24 + 4 for sample in repeat["samples"])  # one run's history
+        assert repeat["gc_object_growth"] < 2_000, repeat["samples"]
+    finally:
+        window.shutdown()
+        window.close()
