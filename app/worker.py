@@ -16,8 +16,9 @@ import inspect
 import logging
 import threading
 import time
+from collections import deque
 
-from PySide6.QtCore import QThread, Signal
+from PySide6.QtCore import QThread, Qt, Signal
 
 from app.engine.events import EndEvent, RunningStats
 from app.engine.settings import GenerationControl, LiveSettings
@@ -53,10 +54,17 @@ def error_end_event(error: BaseException, started: float) -> EndEvent:
 
 
 class GenerationThread(QThread):
-    """Runs one generation; every engine event is re-emitted as the same object."""
+    """Runs one generation; every engine event is re-emitted as the same object, in order.
+
+    Events cross to the GUI thread in batches: the engine thread queues them and
+    wakes the GUI thread only when the queue was empty, so a fast engine costs
+    one queued signal per GUI turn instead of one per event. `sig_event` then
+    fires once per event on the GUI thread, before `sig_finished`.
+    """
 
     sig_event = Signal(object)
     sig_finished = Signal()
+    _sig_wake = Signal()
 
     def __init__(self, decoder, prompt: str, live: LiveSettings, control: GenerationControl,
                  chat_template: bool = False, parent=None) -> None:
@@ -66,6 +74,25 @@ class GenerationThread(QThread):
         self.live = live
         self.control = control
         self._chat_template = chat_template
+        self._queue: deque = deque()
+        self._queue_lock = threading.Lock()
+        self._sig_wake.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+
+    def _publish(self, event) -> None:
+        """Engine thread: queue an event; wake the GUI thread if it has nothing pending."""
+        with self._queue_lock:
+            wake = not self._queue
+            self._queue.append(event)
+        if wake:
+            self._sig_wake.emit()
+
+    def _deliver(self) -> None:
+        """GUI thread: re-emit every queued event."""
+        with self._queue_lock:
+            events = list(self._queue)
+            self._queue.clear()
+        for event in events:
+            self.sig_event.emit(event)
 
     def run(self) -> None:
         started = time.perf_counter()
@@ -74,11 +101,11 @@ class GenerationThread(QThread):
             events = self._decoder.generate(self._prompt, self.live, self.control, chat_template=self._chat_template)
             for event in events:
                 ended = isinstance(event, EndEvent)
-                self.sig_event.emit(event)
+                self._publish(event)
         except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
             log.exception("generation failed outside the engine's own error handling")
             if not ended:
-                self.sig_event.emit(error_end_event(error, started))
+                self._publish(error_end_event(error, started))
         finally:
             self.sig_finished.emit()
             _forget_python_thread_record()
