@@ -25,6 +25,8 @@ from pyqtgraph import exporters
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
+from app.widgets import on_screen
+
 # Redrawing five plots costs far more than appending tokens (axes, paths,
 # Python paint code holding the GIL the engine thread needs), so charts
 # redraw at most this often, even though the session ticks at ~30 Hz.
@@ -135,8 +137,7 @@ class RunCharts(QWidget):
             self._pending.start(int(wait_ms))
 
     def _on_screen(self) -> bool:
-        # A dock behind another tab can report isVisible() while no pixel of it shows.
-        return self.isVisible() and not self.visibleRegion().isEmpty()
+        return on_screen(self)
 
     def _draw_next_plot(self) -> None:
         """Bring the next out-of-date plot up to the session; come back for the others."""

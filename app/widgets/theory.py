@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from app.widgets import on_screen
 from app.engine.settings import MAX_K
 from app.engine.stats import GenerationStats, expected_tokens_per_pass, optimal_k, predicted_speedup
 
@@ -164,7 +165,7 @@ class TheoryExplorer(QWidget):
 
     def request_refresh(self) -> None:
         """Redraw at most every MIN_REDRAW_MS, and only while visible."""
-        if not self.isVisible():
+        if not on_screen(self):
             return
         wait_ms = MIN_REDRAW_MS - 1000 * (time.monotonic() - self._drawn_at)
         if wait_ms <= 0:
