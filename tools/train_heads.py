@@ -89,12 +89,12 @@ def schedule(steps: int, lr: float, batch: int) -> dict:
 
 
 def full_run(seed: int) -> HeadsRun:
-    """Sized for roughly half an hour on 2 CPU cores shared with other jobs, all four families."""
+    """Sized for about 20 minutes on 2 CPU cores (shared with other jobs), all four families."""
     return HeadsRun(
-        name="full", seed=seed, seq_len=128, corpus_sequences=1200, generated_sequences=400, prompt_len=32,
+        name="full", seed=seed, seq_len=128, corpus_sequences=2400, generated_sequences=800, prompt_len=32,
         max_code_files=None, max_prose_docs=None,
-        schedules={"medusa": schedule(300, 3e-3, 8), "mtp": schedule(240, 2e-3, 8),
-                   "eagle": schedule(280, 2e-3, 8), "dflash": schedule(400, 2e-3, 8)},
+        schedules={"medusa": schedule(1000, 3e-3, 8), "mtp": schedule(800, 2e-3, 8),
+                   "eagle": schedule(900, 2e-3, 8), "dflash": schedule(1200, 2e-3, 8)},
         arch={"medusa": {"num_heads": 4}, "mtp": {"depths": 4, "intermediate": 256, "window": 16},
               "eagle": {"intermediate": 384, "window": 96},
               "dflash": {"layers": 2, "intermediate": 384, "block_size": 6, "window": 64}},

@@ -30,8 +30,8 @@ CODE_PROMPTS = (
     "import os\n\n\ndef read_lines(path):",
     "class Stack:\n    def __init__(self):",
 )
-# Draft length assumed when ranking early exits (see recommend_exit).
-RANKING_DRAFT_LENGTH = 4
+# Longest draft considered when ranking early exits (see exit_plans).
+MAX_DRAFT_LENGTH = 8
 EVAL_BATCH = 8
 
 
@@ -82,27 +82,50 @@ def domain_metrics(target, draft, blocks: torch.Tensor) -> dict:
     return {name: tally.summary() for name, tally in tallies.items()}
 
 
-def expected_speedup(agreement: float, exit_depth: int, num_layers: int,
-                     draft_length: int = RANKING_DRAFT_LENGTH) -> float:
-    """Idealised greedy self-speculative speed-up for one exit depth.
+def lm_head_in_layers(config) -> float:
+    """Per-token multiply-adds of the LM head, in units of one decoder layer.
+
+    At these sizes the head is as costly as a few layers, so a draft through
+    E of L layers costs more than E/L of a full pass.
+    """
+    hidden, kv = config.hidden_size, config.num_key_value_heads * config.head_dim
+    layer = hidden * (2 * hidden + 2 * kv) + 3 * hidden * config.intermediate_size
+    return config.vocab_size * hidden / layer
+
+
+def exit_cost(depth: int, config) -> float:
+    """Cost of one draft step through ``depth`` layers, relative to a full pass."""
+    head = lm_head_in_layers(config)
+    return (depth + head) / (config.num_hidden_layers + head)
+
+
+def expected_speedup(agreement: float, cost: float, draft_length: int) -> float:
+    """Idealised greedy speculative speed-up, in units of full target passes.
 
     Tokens per round (accepted drafts + the target's own token) divided by the
-    cost of a round (draft_length partial passes + one full verification), in
-    units of a full target forward pass.
+    cost of a round (draft_length draft steps + one verification pass).
     """
     if agreement >= 1.0:
         tokens = draft_length + 1
     else:
         tokens = (1 - agreement ** (draft_length + 1)) / (1 - agreement)
-    return tokens / (draft_length * exit_depth / num_layers + 1)
+    return tokens / (draft_length * cost + 1)
 
 
-def recommend_exit(code_metrics: dict, num_layers: int) -> int:
+def exit_plans(code_metrics: dict, config) -> dict[int, dict]:
+    """Best draft length and idealised speed-up of every early exit."""
+    plans = {}
+    for depth in range(1, config.num_hidden_layers):
+        agreement, cost = code_metrics[f"exit_{depth}"]["agreement"], exit_cost(depth, config)
+        speedup, length = max((expected_speedup(agreement, cost, k), k)
+                              for k in range(1, MAX_DRAFT_LENGTH + 1))
+        plans[depth] = {"cost": round(cost, 3), "draft_length": length, "speedup": round(speedup, 3)}
+    return plans
+
+
+def recommend_exit(plans: dict[int, dict]) -> int:
     """The exit depth with the best idealised speed-up on held-out code."""
-    return max(
-        range(1, num_layers),
-        key=lambda d: expected_speedup(code_metrics[f"exit_{d}"]["agreement"], d, num_layers),
-    )
+    return max(plans, key=lambda depth: plans[depth]["speedup"])
 
 
 def valid_python_lines(text: str) -> int:
@@ -165,15 +188,15 @@ def evaluate_folder(models_dir: Path, split: CorpusSplit, eval_blocks: int, new_
     tokenizer = AutoTokenizer.from_pretrained(models_dir / "target")
     blocks = heldout_blocks(tokenizer, split, target.config.max_position_embeddings, eval_blocks)
     domains = {name: domain_metrics(target, draft, value) for name, value in blocks.items()}
-    layers = target.config.num_hidden_layers
+    plans = exit_plans(domains["code"], target.config)
     return {
         "domains": domains,
-        "recommended_exit": recommend_exit(domains["code"], layers),
-        "expected_speedup_by_exit": {
-            d: round(expected_speedup(domains["code"][f"exit_{d}"]["agreement"], d, layers), 3)
-            for d in range(1, layers)},
+        "recommended_exit": recommend_exit(plans),
+        "exit_plans": plans,
+        "lm_head_in_layers": round(lm_head_in_layers(target.config), 2),
         "samples": greedy_samples(target, tokenizer, new_tokens),
         "target": model_facts(target, models_dir / "target"),
         "draft": model_facts(draft, models_dir / "draft"),
-        "total_megabytes": folder_megabytes(models_dir),
+        "models_megabytes": round(folder_megabytes(models_dir / "target")
+                                  + folder_megabytes(models_dir / "draft"), 2),
     }

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from .checkpoint import atomic_write_json, atomic_write_text
+from .evaluation import folder_megabytes
 from .objectives import early_exit_weights
 
 DRAFTER_HEADING = "## Drafter measurements"
@@ -59,6 +60,13 @@ def heldout_table(domains: dict) -> str:
     return "\n".join(rows)
 
 
+def exit_plans_table(plans: dict) -> str:
+    rows = ["| exit E | draft step cost c | best K | idealised speed-up |", "|---|---|---|---|"]
+    for depth, plan in plans.items():
+        rows.append(f"| {depth} | {plan['cost']:.2f} | {plan['draft_length']} | {plan['speedup']:.2f}x |")
+    return "\n".join(rows)
+
+
 def quality_bars(evaluation: dict) -> str:
     code = evaluation["domains"]["code"]
     exits = {k: v["agreement"] for k, v in code.items() if k.startswith("exit_")}
@@ -70,8 +78,8 @@ def quality_bars(evaluation: dict) -> str:
         (exits[best_exit] >= 0.50,
          f"at least one early exit >= 50 %: best is {best_exit.replace('exit_', 'layer ')} "
          f"at {percent(exits[best_exit])}"),
-        (evaluation["total_megabytes"] < 40,
-         f"folder under 40 MB: {evaluation['total_megabytes']:.1f} MB"),
+        (evaluation["folder_megabytes"] < 40,
+         f"`assets/models/demo/` under 40 MB: {evaluation['folder_megabytes']:.1f} MB"),
         (max(evaluation["target"]["load_seconds"], evaluation["draft"]["load_seconds"]) < 1,
          f"each model loads in under a second: target {evaluation['target']['load_seconds']} s, "
          f"draft {evaluation['draft']['load_seconds']} s"),
@@ -86,7 +94,7 @@ def samples_section(samples: list[dict]) -> str:
     parts = []
     for number, sample in enumerate(samples, 1):
         text = (sample["prompt"] + sample["completion"]).replace("```", "` ` `")
-        parts.append(f"Sample {number} (prompt = first {sample['prompt'].count(chr(10))} line(s); "
+        parts.append(f"Sample {number} (prompt = first {sample['prompt'].count(chr(10)) + 1} line(s); "
                      f"{sample['valid_lines']} of {sample['lines']} lines parse):\n\n```python\n{text}\n```")
     return "\n\n".join(parts)
 
@@ -126,7 +134,9 @@ def training_section(config: dict, training: dict) -> str:
     exit_text = ", ".join(f"layer {d}: {w:.3f}" for d, w in weights.items())
     ts, ds = config["target_schedule"], config["draft_schedule"]
     return f"""- Seed: `{config['seed']}` (model initialisation, document order, batch order).
-- Hardware: {training['hardware']}; float32 training, weights exported as bfloat16.
+- Hardware: {training['hardware']}; float32 training, weights exported as
+  bfloat16. Wall times below were measured on that shared machine and vary
+  with its load.
 - Tokenizer: byte-level BPE (`tokenizers`), vocabulary {config['vocab_size']},
   `<|endoftext|>` is BOS, EOS and padding; encoding prepends it. Decoding
   round-trips any UTF-8 text.
@@ -148,7 +158,6 @@ def training_section(config: dict, training: dict) -> str:
 
 def render_card(config: dict, corpus: dict, training: dict, evaluation: dict, drafter_section: str | None) -> str:
     exit_depth = evaluation["recommended_exit"]
-    speedups = ", ".join(f"E={d}: {s:.2f}x" for d, s in evaluation["expected_speedup_by_exit"].items())
     return f"""# Speculative Decoding Playground: offline demo models
 
 Two tiny Llama models sharing one tokenizer, trained from scratch on CPU so
@@ -166,7 +175,9 @@ language models.
 
 {model_table(evaluation)}
 
-Whole folder: {evaluation['total_megabytes']:.1f} MB (safetensors, bfloat16, tied embeddings).
+Target + draft with their tokenizers: {evaluation['models_megabytes']:.1f} MB (safetensors,
+bfloat16, tied embeddings); whole `assets/models/demo/` folder when this card
+was written: {evaluation['folder_megabytes']:.1f} MB.
 
 ## Corpus and licence
 
@@ -186,10 +197,15 @@ equals the target's argmax (the per-token acceptance rate of greedy drafting).
 
 {heldout_table(evaluation['domains'])}
 
-Recommended early exit: **E = {exit_depth}**, the depth maximising the
-idealised greedy speed-up `(1 - a^(K+1)) / (1 - a) / (K*E/L + 1)` with
-K = 4 drafted tokens, per-token acceptance a = code agreement, L = {evaluation['target']['layers']}
-layers ({speedups}). This ignores overheads; the engine measures real numbers.
+Recommended early exit: **E = {exit_depth}** (`layer_skip_exit` in
+`playground.json`), the depth maximising the idealised greedy speed-up
+`(1 - a^(K+1)) / (1 - a) / (K*c + 1)`, where a is the code agreement, K the
+draft length (best of 1..8) and c = (E + h) / (L + h) the cost of a draft step
+relative to a full pass (L = {evaluation['target']['layers']} layers; the LM head costs
+h = {evaluation['lm_head_in_layers']} layers' worth of multiply-adds at this size). It ignores
+per-pass overheads and KV-cache reuse; the engine measures real numbers.
+
+{exit_plans_table(evaluation['exit_plans'])}
 
 ## Quality bars
 
@@ -198,6 +214,10 @@ layers ({speedups}). This ignores overheads; the engine measures real numbers.
 ## Greedy completions of code prompts (target)
 
 {samples_section(evaluation['samples'])}
+
+Prompts end without a trailing newline on purpose: byte-level BPE merges a
+newline with the next line's indentation, so a prompt ending in a bare `\\n`
+is off-distribution and the model tends to continue with an unindented line.
 
 {DRAFTER_HEADING}
 
@@ -217,5 +237,6 @@ The build resumes from checkpoints in `.cache/demo_training/` when rerun;
 
 def write_card(folder: Path, config: dict, corpus: dict, training: dict, evaluation: dict) -> None:
     card = folder / "MODEL_CARD.md"
+    evaluation = {**evaluation, "folder_megabytes": folder_megabytes(folder)}
     text = render_card(config, corpus, training, evaluation, existing_drafter_section(card))
     atomic_write_text(card, text)
