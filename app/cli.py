@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(bench)
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG")
     shot.add_argument("path")
-    shot.add_argument("--prompt", default="def fibonacci(n):")
+    shot.add_argument("--prompt", help="default: the guide's fallback-chain example")
     _add_model_options(shot)
     return parser
 

@@ -26,7 +26,7 @@ from app.session import Session
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
-from app.widgets.guide import GuidePanel, ReadyPrompt
+from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
 from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
@@ -608,9 +608,12 @@ def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str
     return code
 
 
-def render_screenshot(path: str, prompt: str = "def fibonacci(n):", target: str | None = None,
-                      draft: str | None = None, max_new_tokens: int = 60) -> None:
-    """Offscreen: load, run one short real generation, wait for its end, save the window as PNG."""
+def render_screenshot(path: str, prompt: str | None = None, target: str | None = None,
+                      draft: str | None = None, max_new_tokens: int = 120) -> None:
+    """Offscreen: load, run one short real generation, wait for its end, save the window as PNG.
+
+    Without a prompt, the guide's fallback-chain example runs with its drafters and K.
+    """
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from app.engine.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
@@ -623,7 +626,10 @@ def render_screenshot(path: str, prompt: str = "def fibonacci(n):", target: str 
         window.show()
         models = load_models(target=target, draft=draft)
         window.set_models(models, SpeculativeDecoder(models), dict(DEFAULT_REQUEST, target=target, draft=draft))
-        window.controls.prompt.setPlainText(prompt)
+        if prompt is None:
+            window.use_ready_prompt(next(r for r in READY_PROMPTS if "draft-model" in r.drafters[1:]))
+        else:
+            window.controls.prompt.setPlainText(prompt)
         window.controls.max_tokens.setValue(max_new_tokens)
         _run_to_end(app, window)
         window.grab().save(str(path))

@@ -28,9 +28,11 @@ def quiet_transformers():
     """No loading progress bar: tqdm's monitor thread would outlive the test."""
     from transformers.utils import logging
 
+    was_enabled = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
     yield
-    logging.enable_progress_bar()
+    if was_enabled:
+        logging.enable_progress_bar()
 
 
 def offline_environment() -> dict:

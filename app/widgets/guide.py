@@ -39,13 +39,13 @@ READY_PROMPTS = (
         "many tokens per pass for almost no drafting cost. Watch tokens per pass climb towards K + 1."),
     ReadyPrompt(
         "Free prose: prompt lookup has little to copy",
-        "Once upon a time, in a quiet village by the sea, there lived an old clockmaker who",
+        "A module is a file containing Python definitions and statements. When a module is imported, the",
         ("prompt-lookup",), 8, "greedy",
         "New prose rarely repeats the prompt: prompt lookup often proposes nothing (plain target steps, no "
         "colour) or proposes tokens that are rejected. Compare α and the speedup with the code prompt."),
     ReadyPrompt(
         "Free prose with a draft model",
-        "Once upon a time, in a quiet village by the sea, there lived an old clockmaker who",
+        "A module is a file containing Python definitions and statements. When a module is imported, the",
         ("draft-model",), 4, "greedy",
         "A small model of the same family guesses the next words. It costs c per draft step; the theory "
         "explorer shows whether K = 4 pays off for the α it reaches."),
@@ -57,13 +57,13 @@ READY_PROMPTS = (
         "The α chart shows one colour per drafter."),
     ReadyPrompt(
         "Sampling stays lossless",
-        "The quick brown fox jumps over the lazy dog. The quick brown",
+        "The for statement is used to iterate over the elements of a sequence, such as a string or a list, in",
         ("draft-model",), 4, "sample",
         "With temperature sampling a draft is kept with probability min(1, p/q). Step a pass and open the "
         "inspector: at a rejection the new token comes from the residual norm(max(0, p − q))."),
     ReadyPrompt(
         "ASD: a little regret for longer blocks",
-        "Once upon a time, in a quiet village by the sea, there lived an old clockmaker who",
+        "A module is a file containing Python definitions and statements. When a module is imported, the",
         ("draft-model",), 6, "asd",
         "ASD accepts a few mismatches whose regret is small, within the budget B. Race it: the text differs "
         "from plain greedy decoding, and the race shows where."),

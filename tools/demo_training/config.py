@@ -88,7 +88,9 @@ EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
 
 
 def full_config(seed: int = DEFAULT_SEED) -> RunConfig:
-    """The committed demo models: sized for ~45 minutes on 2 shared CPU cores.
+    """The committed demo models: sized for ~45 minutes on 2 CPU cores.
+
+    (On a machine shared with other jobs the build took ~56 minutes.)
 
     The budget buys only a few million training tokens. A first attempt with
     hidden 192 (3.4M parameters, 500 steps) stayed near bigram level and
