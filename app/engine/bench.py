@@ -1,9 +1,9 @@
 """Benchmark: our decoding methods against autoregressive decoding and HF's own assisted generation.
 
 Every method runs the same committed prompt set with the same K and max new
-tokens under greedy decoding, in one process, with repeats interleaved
-(repeat r runs every method once before repeat r+1) so that machine drift
-cancels. Figures are medians over repeats after a warm-up.
+tokens under greedy decoding, in one process, interleaved (each prompt runs
+every method back to back, and repeat r ends before repeat r+1) so that
+machine drift cancels. Figures are medians over repeats after a warm-up.
 
 Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop;
 alpha, tokens per pass and c (draft cost per token relative to one target
@@ -142,18 +142,22 @@ def _reset_peak(device: torch.device) -> None:
 
 def run_interleaved(table: dict[str, Callable], prompts: list[BenchPrompt], repeats: int, device: torch.device,
                     progress: Callable[[str], None]) -> tuple[dict[str, list[list[Run]]], dict[str, float]]:
-    """runs[method][repeat][prompt], after one warm-up run of every method on the first prompt."""
+    """runs[method][repeat][prompt], after one warm-up run of every method on the first prompt.
+
+    The innermost loop is over methods, so every method meets the same machine state within seconds.
+    """
     for name, generate in table.items():
         progress(f"warm-up {name}")
         generate(prompts[0])
-    runs = {name: [] for name in table}
+    runs = {name: [[] for _ in range(repeats)] for name in table}
     peaks = {name: 0.0 for name in table}
     for repeat in range(repeats):
-        for name, generate in table.items():
-            progress(f"repeat {repeat + 1}/{repeats} {name}")
-            _reset_peak(device)
-            runs[name].append([generate(p) for p in prompts])
-            peaks[name] = max(peaks[name], _peak_memory_mb(device))
+        for index, prompt in enumerate(prompts):
+            progress(f"repeat {repeat + 1}/{repeats}, prompt {index + 1}/{len(prompts)} ({prompt.name})")
+            for name, generate in table.items():
+                _reset_peak(device)
+                runs[name][repeat].append(generate(prompt))
+                peaks[name] = max(peaks[name], _peak_memory_mb(device))
     return runs, peaks
 
 
