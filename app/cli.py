@@ -23,6 +23,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
     group.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
     group.add_argument("--device-map", choices=["auto"], help="spread a large target over devices (accelerate)")
+    group.add_argument("--heads", help="folder of trained heads (medusa, mtp, eagle, dflash) for this target; "
+                                       "the demo target's heads load by themselves")
 
 
 def _add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +94,7 @@ def run_headless(args) -> int:
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
     from app.engine.loading import load_models
 
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map)
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
     settings = settings_from_args(args, models)
     ascii_only = not _stdout_takes_unicode()
     end = None
@@ -133,7 +135,7 @@ def run_bench(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map)
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
     prompts = bench.load_prompts(args.prompts) if args.prompts else bench.load_prompts()
     results = bench.benchmark(models, prompts, k=args.k, repeats=args.repeats, only=set(args.only or ()),
                               progress=lambda message: print(message, file=sys.stderr, flush=True))

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+import torch
+from scipy.stats import chisquare
+
 from app.engine.decoder import SpeculativeDecoder
+from app.engine.sampling import warp_probs
 from app.engine.events import EndEvent, PassEvent
 from app.engine.settings import DecodeSettings
 
@@ -19,3 +25,42 @@ def run(decoder: SpeculativeDecoder, prompt: str, **settings) -> tuple[list[Pass
     assert isinstance(end, EndEvent), end
     assert end.reason != "error", end.error
     return [e for e in events if isinstance(e, PassEvent)], end
+
+
+def first_two_distribution(models, prompt: str, sampling) -> dict[tuple[int, int], float]:
+    """Exact P(t1, t2) of the target alone over the support left after warping."""
+    ids = models.tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        p1 = warp_probs(models.target(ids).logits[0, -1], sampling)  # (V,)
+        firsts = p1.nonzero().flatten()
+        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)
+        p2 = warp_probs(models.target(batch).logits[:, -1], sampling)  # (F, V)
+    joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
+             for b in p2[i].nonzero().flatten()}
+    total = sum(joint.values())
+    return {cell: prob / total for cell, prob in joint.items()}
+
+
+def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
+    """Goodness of fit of `counts` (n samples) to `exact`, pooling cells expected below 5 times."""
+    big = [c for c in sorted(exact, key=exact.get, reverse=True) if exact[c] * n >= 5]
+    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
+    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
+    if expected[-1] < 1e-6:
+        observed, expected = observed[:-1], expected[:-1]
+    expected = [e * sum(observed) / sum(expected) for e in expected]
+    return chisquare(observed, expected).pvalue
+
+
+def fail_on_call(calls: int, error: BaseException):
+    """A wrapper factory: the wrapped method raises `error` on its `calls`-th call."""
+    def wrap(method):
+        count = {"n": 0}
+
+        def wrapped(*args, **kwargs):
+            count["n"] += 1
+            if count["n"] == calls:
+                raise error
+            return method(*args, **kwargs)
+        return wrapped
+    return wrap

@@ -16,27 +16,13 @@ from app.engine.errors import OutOfMemoryError
 from app.engine.events import EndEvent, NoticeEvent, PassEvent, to_json_line
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, GenerationControl
-from tests.engine.helpers import PROMPTS, run
+from tests.engine.helpers import PROMPTS, fail_on_call, run
 
 
 @pytest.fixture(scope="module")
 def decoder(tiny_llama):
     target, draft = tiny_llama
     return SpeculativeDecoder(load_models(str(target), str(draft)))
-
-
-def fail_on_call(calls: int, error: BaseException):
-    """A wrapper factory: the wrapped method raises `error` on its `calls`-th call."""
-    def wrap(method):
-        count = {"n": 0}
-
-        def wrapped(*args, **kwargs):
-            count["n"] += 1
-            if count["n"] == calls:
-                raise error
-            return method(*args, **kwargs)
-        return wrapped
-    return wrap
 
 
 def test_drafter_exception_mid_run_falls_back_and_stays_lossless(decoder, monkeypatch):

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from scipy.stats import chisquare
 from safetensors.torch import load_file
 
 from app.engine.cached_model import CachedModel
@@ -31,8 +30,7 @@ from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import load_models
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, LiveSettings, SamplingSettings
-from tests.engine.helpers import PROMPTS, run
-from tests.engine.test_stats_and_lossless import _first_two_distribution
+from tests.engine.helpers import PROMPTS, chi_square_pvalue, first_two_distribution, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "tools" / "train_heads.py"
@@ -153,7 +151,7 @@ def test_switching_learned_drafters_mid_generation_keeps_the_output(decoder):
 def test_sampled_first_two_tokens_follow_the_target(models, decoder, family):
     prompt, n = "the the the the", 400
     sampling = SamplingSettings(temperature=1.5, top_k=4)
-    exact = _first_two_distribution(models, prompt, sampling)
+    exact = first_two_distribution(models, prompt, sampling)
     counts, drafted = Counter(), 0
     for seed in range(n):
         passes, end = run(decoder, prompt, drafters=(family,), k=2, max_new_tokens=2, verify="sample",
@@ -163,13 +161,7 @@ def test_sampled_first_two_tokens_follow_the_target(models, decoder, family):
         counts[tuple(end.token_ids)] += 1
     assert drafted >= n  # the first pass always drafts
     assert set(counts) <= set(exact)
-    big = [c for c in sorted(exact, key=exact.get, reverse=True) if exact[c] * n >= 5]
-    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
-    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
-    if expected[-1] < 1e-6:
-        observed, expected = observed[:-1], expected[:-1]
-    expected = [e * sum(observed) / sum(expected) for e in expected]
-    assert chisquare(observed, expected).pvalue > 1e-3
+    assert chi_square_pvalue(counts, exact, n) > 1e-3
 
 
 # ---- features and drafter state ------------------------------------------------------------------

@@ -6,14 +6,12 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
-from app.engine.sampling import warp_probs
 from app.engine.settings import AsdSettings, SamplingSettings
 from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
-from tests.engine.helpers import PROMPTS, run
+from tests.engine.helpers import PROMPTS, chi_square_pvalue, first_two_distribution, run
 
 
 def test_expected_tokens_per_pass_formula():
@@ -58,20 +56,6 @@ def test_asd_with_zero_budget_is_strict_greedy_and_ledger_stays_within_budget(ti
                     assert t.regret / (len(p.drafted) - i) <= 1.0 + 1e-9 and t.id != t.target_id
 
 
-def _first_two_distribution(models, prompt, sampling):
-    """Exact P(t1, t2) of the target alone, for the support after warping."""
-    ids = models.tokenizer(prompt, return_tensors="pt").input_ids
-    with torch.inference_mode():
-        p1 = warp_probs(models.target(ids).logits[0, -1], sampling)  # (V,)
-        firsts = p1.nonzero().flatten()
-        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)
-        p2 = warp_probs(models.target(batch).logits[:, -1], sampling)  # (F, V)
-    joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
-             for b in p2[i].nonzero().flatten()}
-    total = sum(joint.values())
-    return {cell: prob / total for cell, prob in joint.items()}
-
-
 @pytest.mark.parametrize("drafters", [("draft-model",), ("prompt-lookup",)])
 def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
     torch.manual_seed(0)
@@ -79,7 +63,7 @@ def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
     decoder = SpeculativeDecoder(models)
     prompt = "the the the the"
     sampling = SamplingSettings(temperature=1.5, top_k=4)
-    exact = _first_two_distribution(models, prompt, sampling)
+    exact = first_two_distribution(models, prompt, sampling)
     n = 1200
     counts = Counter()
     for seed in range(n):
@@ -87,11 +71,4 @@ def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
                      seed=seed)
         counts[tuple(end.token_ids)] += 1
     assert set(counts) <= set(exact)
-    cells = sorted(exact, key=exact.get, reverse=True)
-    big = [c for c in cells if exact[c] * n >= 5]
-    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
-    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
-    if expected[-1] < 1e-6:
-        observed, expected = observed[:-1], expected[:-1]
-    expected = [e * sum(observed) / sum(expected) for e in expected]
-    assert chisquare(observed, expected).pvalue > 1e-3
+    assert chi_square_pvalue(counts, exact, n) > 1e-3

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QSpinBox
 
 from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.settings import DecodeSettings
+from tests.engine.helpers import fail_on_call
 from tests.widgets.fakes import FakeDecoder
 from tests.widgets.helpers import RUN_MS, run_to_end, wait_for_passes
 
@@ -76,22 +77,10 @@ def test_unknown_device_and_dtype_in_the_model_dialog(qtbot, real_window):
         dialog.close()
 
 
-def fail_on_call(calls: int, error: BaseException, method):
-    count = {"n": 0}
-
-    def wrapped(*args, **kwargs):
-        count["n"] += 1
-        if count["n"] == calls:
-            raise error
-        return method(*args, **kwargs)
-    return wrapped
-
-
 def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real_window, monkeypatch, tmp_path):
     window = real_window
     target = window.decoder.target
-    monkeypatch.setattr(target, "extend", fail_on_call(6, torch.OutOfMemoryError("CUDA out of memory"),
-                                                       target.extend))
+    monkeypatch.setattr(target, "extend", fail_on_call(6, torch.OutOfMemoryError("CUDA out of memory"))(target.extend))
     window.controls.max_tokens.setValue(60)
     run_to_end(qtbot, window)
     session = window.session
