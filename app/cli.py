@@ -141,7 +141,9 @@ def run_bench(args) -> int:
                               progress=lambda message: print(message, file=sys.stderr, flush=True))
     print(bench.markdown_table(results) if args.markdown else bench.plain_table(results))
     if args.json_path:
-        meta = {"target": models.target_name, "draft": models.draft_name, "device": str(models.device),
+        demo = args.target is None
+        meta = {"target": "bundled demo family" if demo else models.target_name,
+                "draft": "bundled demo family" if demo else models.draft_name, "device": str(models.device),
                 "dtype": str(models.dtype), "k": args.k, "repeats": args.repeats, "threads": torch.get_num_threads(),
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
         with open(args.json_path, "w") as out:
