@@ -2,7 +2,10 @@
 
     python -m app                       open the window
     python -m app run --prompt "..."    print the text, or JSON lines with --jsonl
+    python -m app bench                 compare every method with autoregressive and HF generate
     python -m app screenshot PATH       render the window after a real generation
+
+Options before any subcommand belong to `gui`: `python main.py --target FOLDER` opens the window on FOLDER.
 """
 
 from __future__ import annotations
@@ -153,7 +156,10 @@ def run_bench(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["gui", *argv]
+    args = parser.parse_args(argv)
     _never_fail_on_output()
     command = args.command or "gui"
     try:
