@@ -28,7 +28,7 @@ import torch
 
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
-from app.engine.loading import LoadedModels
+from app.engine.loading import LoadedModels, synchronize
 from app.engine.settings import DecodeSettings
 from app.engine.stats import expected_tokens_per_pass
 
@@ -71,11 +71,6 @@ def load_prompts(path: Path = PROMPTS_FILE) -> list[BenchPrompt]:
     return [BenchPrompt(**entry) for entry in json.loads(Path(path).read_text())]
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # ---- methods ------------------------------------------------------------------------------------
 
 def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
@@ -83,7 +78,7 @@ def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
         settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens)
         started = time.perf_counter()
         events = list(decoder.generate(prompt.prompt, settings))
-        _synchronize(decoder.models.device)
+        synchronize(decoder.models.device)
         seconds = time.perf_counter() - started
         end = events[-1]
         if not isinstance(end, EndEvent) or end.reason == "error":
@@ -103,7 +98,7 @@ def hf(models: LoadedModels, **generate_kwargs):
                                          max_new_tokens=prompt.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
                                          **generate_kwargs)
-        _synchronize(models.device)
+        synchronize(models.device)
         return Run(out[0, ids.shape[1]:].tolist(), time.perf_counter() - started)
     return generate
 

@@ -12,7 +12,6 @@ pause and step requests of a `GenerationControl` are honoured between passes.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,11 +27,11 @@ from app.engine.events import (
     AppendedToken, DraftedToken, EndEvent, Event, Ledger, NoticeEvent, PassDetail, PassEvent,
     ResidualEntry, StartEvent, Timing, TokenProb,
 )
-from app.engine.loading import LoadedModels
+from app.engine.loading import LoadedModels, synchronize
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from app.engine.stats import GenerationStats
-from app.engine.verify import asd_charge, verify_asd, verify_greedy, verify_sampling
+from app.engine.verify import AsdVerdict, asd_charge, verify_asd, verify_greedy, verify_sampling
 
 INSPECT_TOP = 8  # entries of p, q and the residual kept per row for the pass inspector
 
@@ -71,14 +70,7 @@ class _Verdict:
     accept_prob: list[float] | None = None  # sampling only
     u: list[float] | None = None
     residual: torch.Tensor | None = None
-    charge: object = None  # ASD verdict, charged after clipping
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+    asd: AsdVerdict | None = None  # kept whole: the ledger is charged only after clipping
 
 
 def _top(probs: torch.Tensor) -> tuple[tuple[TokenProb, ...], ...]:
@@ -224,10 +216,10 @@ class SpeculativeDecoder:
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
         draft, drafter_name = self._draft(req, settings, k, sampler) if k else (None, None)
         drafts = draft.tokens if draft is not None else torch.empty(0, dtype=torch.long)  # (K',)
-        _synchronize(device)
+        synchronize(device)
         t1 = time.perf_counter()
         logits = self.target.advance_to(torch.cat([req.ids, drafts]))[-(drafts.numel() + 1):]  # (K'+1, V)
-        _synchronize(device)
+        synchronize(device)
         t2 = time.perf_counter()
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
         verdict = self._verify(settings, drafts.to(device), draft, logits, p, req)
@@ -235,7 +227,7 @@ class SpeculativeDecoder:
         self.target.crop(req.ids.numel() + a_kept)
         asd_remaining = settings.asd.budget - req.spent if settings.verify == "asd" else None
         if settings.verify == "asd":
-            req.spent += asd_charge(verdict.charge, a_kept)
+            req.spent += asd_charge(verdict.asd, a_kept)
             req.exceptions += sum(verdict.mismatch[:a_kept])
         event = self._pass_event(req, settings, drafter_name, k, drafts, draft, verdict, p, a_kept, next_token,
                                  asd_remaining, (t0, t1, t2))
@@ -329,7 +321,7 @@ class SpeculativeDecoder:
             asd = settings.asd
             v = verify_asd(drafts, logits, asd.budget - req.spent, asd.gate, asd.cap)
             return _Verdict(v.n_accepted, v.next_token, v.target_ids.tolist(), mismatch=v.mismatch.tolist(),
-                            regret=v.regret.tolist(), charge=v)
+                            regret=v.regret.tolist(), asd=v)
         v = verify_greedy(drafts, logits)
         return _Verdict(v.n_accepted, v.next_token, v.target_ids.tolist())
 
@@ -389,18 +381,17 @@ class SpeculativeDecoder:
             residual=residual, residual_other=residual_other, residual_norm=residual_norm,
             asd_gate=None if asd is None else asd.gate, asd_cap=None if asd is None else asd.cap,
         )
-        _synchronize(self.models.device)
+        synchronize(self.models.device)
         t3 = time.perf_counter()
         timing = Timing(draft_ms=1e3 * (t1 - t0), verify_ms=1e3 * (t2 - t1), total_ms=1e3 * (t3 - t0))
-        event = PassEvent(
-            index=req.passes, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
+        req.stats.add_pass(drafter_name, drafted, len(committed), timing)
+        req.passes += 1
+        return PassEvent(
+            index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
             appended=appended,
             ledger=Ledger(req.spent, settings.asd.budget if settings.verify == "asd" else 0.0, req.exceptions),
             timing=timing, position=req.generated, stats=req.stats.snapshot(), detail=detail,
         )
-        req.stats.add(event)
-        req.passes += 1
-        return dataclasses.replace(event, stats=req.stats.snapshot())
 
     @staticmethod
     def _outcome(i: int, a_kept: int, verdict: _Verdict) -> str:

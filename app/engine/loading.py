@@ -103,6 +103,14 @@ def _require_available(device: torch.device) -> None:
         raise ModelLoadError("device 'mps' is not available here (Apple silicon only); choose auto or cpu.")
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so that a clock read afterwards measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype != "auto":
         if dtype not in DTYPES:

@@ -11,9 +11,10 @@ relative to one target forward.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, PassEvent, RunningStats
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, DraftedToken, PassEvent, RunningStats, Timing
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
@@ -57,18 +58,22 @@ class GenerationStats:
     _drafting_verify_ms: float = 0.0
 
     def add(self, event: PassEvent) -> None:
+        self.add_pass(event.drafter, event.drafted, len(event.committed_ids), event.timing)
+
+    def add_pass(self, drafter: str | None, drafted: Sequence[DraftedToken], committed: int, timing: Timing) -> None:
+        """Count one pass (the decoder calls this before its event exists, to put the totals in it)."""
         self.passes += 1
-        self.tokens += len(event.committed_ids)
-        self.elapsed_ms += event.timing.total_ms
-        self.verify_ms += event.timing.verify_ms
-        judged = [t for t in event.drafted if t.outcome != CLIPPED]
+        self.tokens += committed
+        self.elapsed_ms += timing.total_ms
+        self.verify_ms += timing.verify_ms
+        judged = [t for t in drafted if t.outcome != CLIPPED]
         if judged:
-            self.draft_ms += event.timing.draft_ms
+            self.draft_ms += timing.draft_ms
             self._drafting_passes += 1
-            self._drafting_verify_ms += event.timing.verify_ms
+            self._drafting_verify_ms += timing.verify_ms
         for position, token in enumerate(judged):
             accepted = token.outcome in (ACCEPTED, ASD_EXCEPTION)
-            for counts in (self.overall, self.per_drafter[event.drafter], self.per_position[position]):
+            for counts in (self.overall, self.per_drafter[drafter], self.per_position[position]):
                 counts.drafted += 1
                 counts.accepted += accepted
 
