@@ -4,6 +4,10 @@ Data flows one way: widgets -> LiveSettings / GenerationControl -> engine (in a
 GenerationThread) -> events -> Session -> widgets on the session's refresh
 tick. The window is the only owner of threads, so closing it is the one
 place that stops and joins them.
+
+Models the window loads itself live in an engine process (app/engine/remote.py),
+so drawing never takes Python turns away from decoding; `engine_process=False`
+loads them in this process instead (tests patch the loader that way).
 """
 
 from __future__ import annotations
@@ -49,13 +53,14 @@ EXPORTS = {
 
 
 class MainWindow(QMainWindow):
-    sig_models_changed = Signal(object)  # LoadedModels
+    sig_models_changed = Signal(object)  # LoadedModels or ModelsSummary
     sig_run_finished = Signal()  # the generation thread has ended and was joined
     sig_pass_selected = Signal(int)  # a token was clicked: index of its pass (for the inspector)
     sig_race_finished = Signal()  # the race thread has ended and was joined
 
-    def __init__(self, settings: QSettings | None = None, parent=None) -> None:
+    def __init__(self, settings: QSettings | None = None, parent=None, engine_process: bool = True) -> None:
         super().__init__(parent)
+        self.engine_process = engine_process
         self.setWindowTitle("Speculative Decoding Playground")
         self.store = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
         self.models = None
@@ -196,8 +201,11 @@ class MainWindow(QMainWindow):
 
     # --- models ------------------------------------------------------------------------------
     def set_models(self, models, decoder, request: dict | None = None) -> None:
-        """Use these models from now on (called after a successful load)."""
+        """Use these models from now on (called after a successful load); an engine process they replace ends."""
+        previous = self.decoder
         self.models, self.decoder = models, decoder
+        if previous is not None and previous is not decoder:
+            _close_engine(previous)
         if request is not None:
             self.model_request = dict(request)
         wanted = self._wanted_settings or self.live.get()
@@ -207,7 +215,7 @@ class MainWindow(QMainWindow):
         self._wanted_settings = None
         self.status.show_models(models)
         self.status.showMessage("Models loaded", 4000)
-        tokenizer = getattr(models, "tokenizer", None)
+        tokenizer = getattr(models, "tokenizer", None) or getattr(decoder, "tokenizer", None)
         if tokenizer is not None:
             self.inspector.set_token_text(lambda token_id: tokenizer.decode([token_id]))
         self.push_settings()
@@ -220,7 +228,7 @@ class MainWindow(QMainWindow):
         """
         if self._loader is not None:
             return None
-        self._loader = ModelLoadThread(**request)
+        self._loader = ModelLoadThread(**request, in_process=not self.engine_process)
         self._loader.sig_loaded.connect(lambda models, decoder: self._on_loaded(models, decoder, request))
         self._loader.sig_failed.connect(self._on_load_failed)
         self._loader.sig_progress.connect(lambda message, *_: self.status.showMessage(message))
@@ -367,7 +375,8 @@ class MainWindow(QMainWindow):
         if settings is None or self.models is None:
             return False
         self.hide_message()
-        thread = GenerationThread(Race(self.models), self.controls.prompt_text, LiveSettings(settings),
+        racer = getattr(self.decoder, "racer", None) or Race(self.models)  # an engine process races itself
+        thread = GenerationThread(racer, self.controls.prompt_text, LiveSettings(settings),
                                   GenerationControl(), chat_template=self.controls.chat_template.isChecked())
         thread.sig_event.connect(self.race_view.on_event)
         thread.sig_finished.connect(self._on_race_finished)
@@ -564,6 +573,7 @@ class MainWindow(QMainWindow):
             self._loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
             self._loader.wait()
             self._reap_loader()
+        _close_engine(self.decoder)
 
     def closeEvent(self, event) -> None:
         self.hide()  # the window goes at once, even while a load finishes its current step
@@ -578,6 +588,13 @@ def _describe_setup(settings: DecodeSettings) -> str:
     if rule == "asd":
         rule = f"ASD (B = {settings.asd.budget:g}, g = {settings.asd.gate:g}, M = {settings.asd.cap})"
     return f"{chain}, K = {settings.k}, {rule}"
+
+
+def _close_engine(decoder) -> None:
+    """End an engine process (an in-process decoder has nothing to end)."""
+    close = getattr(decoder, "close", None)
+    if close is not None:
+        close()
 
 
 def _as_bool(value) -> bool:

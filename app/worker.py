@@ -2,7 +2,8 @@
 
 `GenerationThread` runs `decoder.generate(...)` and emits every event object
 unchanged on `sig_event` (queued to the GUI thread), then `sig_finished`.
-`ModelLoadThread` loads models (and builds the decoder) off the GUI thread.
+`ModelLoadThread` loads models off the GUI thread: into an engine process
+(`EngineProcess`, the window's default) or into this one (with a decoder).
 
 The engine's loop has no Qt event loop: stop, pause and single-step go
 through the thread-safe `GenerationControl`, which the decoder checks between
@@ -131,12 +132,14 @@ class LoadCancelled(Exception):
 
 
 class ModelLoadThread(QThread):
-    """Loads a target (+ drafter) and builds the decoder, off the GUI thread.
+    """Loads a target (+ drafter) off the GUI thread, into an engine process or into this process.
 
     `sig_progress(message, done, total)`: total 0 means "busy, size unknown".
     `sig_loaded(models, decoder)` on success, `sig_failed(message)` otherwise; neither after `cancel()`.
-    A load cannot be interrupted inside one model's weights, so `cancel` takes effect at the next step
-    the loader reports (tokenizer, target, drafter, heads).
+    In an engine process `models` is a `ModelsSummary` and `decoder` the `EngineProcess`; `cancel` ends
+    that process at once. In this process (`in_process=True`) they are `LoadedModels` and a
+    `SpeculativeDecoder`; a load cannot be interrupted inside one model's weights, so `cancel` takes
+    effect at the next step the loader reports (tokenizer, target, drafter, heads).
     """
 
     sig_progress = Signal(str, int, int)
@@ -144,9 +147,10 @@ class ModelLoadThread(QThread):
     sig_failed = Signal(str)
 
     def __init__(self, target: str | None, draft: str | None, device: str = "auto", dtype: str = "auto",
-                 parent=None) -> None:
+                 in_process: bool = True, parent=None) -> None:
         super().__init__(parent)
         self.request = dict(target=target, draft=draft, device=device, dtype=dtype)
+        self.in_process = in_process
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -172,11 +176,27 @@ class ModelLoadThread(QThread):
             _forget_python_thread_record()
 
     def _load(self):
+        if not self.in_process:
+            return self._load_engine_process()
         from app.engine.decoder import SpeculativeDecoder
         from app.engine.loading import load_models
 
         models = _call_load(load_models, self.request, self._report)
         return models, SpeculativeDecoder(models)
+
+    def _load_engine_process(self):
+        from app.engine.loading import load_tokenizer
+        from app.engine.remote import EngineProcess
+
+        engine = EngineProcess(self.request, progress=self._report, cancelled=lambda: self.cancelled)
+        try:
+            engine.tokenizer = load_tokenizer(engine.summary.target_name)  # names the inspector's tokens here
+        except BaseException:
+            engine.close()
+            raise
+        if self.cancelled:
+            engine.close()
+        return engine.summary, engine
 
     def _report(self, fraction: float, message: str) -> None:
         """The engine's `progress(fraction, message)` callback, as a 0..1000 progress signal."""

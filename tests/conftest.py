@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 import threading
 
@@ -39,8 +40,11 @@ def tiny_gpt2(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def no_thread_left_behind():
-    """Fail any test that leaves a Python thread (QThread workers included) running."""
+    """Fail any test that leaves a Python thread (QThread workers included) or an engine process running."""
     before = set(threading.enumerate())
+    children_before = set(multiprocessing.active_children())
     yield
     leftover = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
     assert not leftover, f"threads left running: {leftover}"
+    processes = [p for p in multiprocessing.active_children() if p not in children_before]
+    assert not processes, f"processes left running: {processes}"

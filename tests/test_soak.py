@@ -20,9 +20,9 @@ def soak():
 
 
 def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
-    models, decoder = soak.load(None, None, tmp_path)
+    models, engine = soak.start_engine_process(soak.model_request(None, None, tmp_path), threads=1)
     assert models.context_length >= 10_000  # the long-context tiny model the full soak needs
-    app, window = soak.open_window(models, decoder, tmp_path)
+    app, window = soak.open_window(models, engine, tmp_path)
     qtbot.addWidget(window)
     try:
         long = soak.soak_long(app, window, models, tokens=800)
@@ -39,3 +39,4 @@ def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
     finally:
         window.shutdown()
         window.close()
+    assert not engine.alive  # closing the window ended its engine process

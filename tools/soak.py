@@ -80,19 +80,33 @@ class Heartbeat:
 
 
 # --- models and window -------------------------------------------------------------------------------------
-def load(target: str | None, draft: str | None, scratch: Path):
-    """(models, decoder): the given models, else a tiny long-context pair that never stops early."""
+def model_request(target: str | None, draft: str | None, scratch: Path) -> dict:
+    """The given models, else a tiny long-context pair that never stops early."""
+    if target is not None:
+        return dict(target=target, draft=draft, device="auto", dtype="auto")
+    from tests.tiny_models import tiny_pair  # the test suite's model builder: random weights, no download
+
+    target, draft = map(str, tiny_pair(scratch / "models", "llama", context=LONG_CONTEXT, mute_eos=True))
+    return dict(target=target, draft=draft, device="cpu", dtype="float32")
+
+
+def load(request: dict):
+    """(models, decoder) in this process: the headless runs, and the window's with --engine thread."""
     from app.engine.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
-    device, dtype = "auto", "auto"
-    if target is None:
-        from tests.tiny_models import tiny_pair  # the test suite's model builder: random weights, no download
-
-        target, draft = map(str, tiny_pair(scratch / "models", "llama", context=LONG_CONTEXT, mute_eos=True))
-        device, dtype = "cpu", "float32"
-    models = load_models(target, draft, device=device, dtype=dtype)
+    models = load_models(**request)
     return models, SpeculativeDecoder(models)
+
+
+def start_engine_process(request: dict, threads: int):
+    """The window's own set-up: the models in an engine process (app/engine/remote.py)."""
+    from app.engine.loading import load_tokenizer
+    from app.engine.remote import EngineProcess
+
+    engine = EngineProcess(request, threads=threads)
+    engine.tokenizer = load_tokenizer(engine.summary.target_name)
+    return engine.summary, engine
 
 
 def settings_for(models, tokens: int):
@@ -102,7 +116,7 @@ def settings_for(models, tokens: int):
     return DecodeSettings(drafters=chain, k=4, verify="greedy", max_new_tokens=tokens)
 
 
-def open_window(models, decoder, scratch: Path):
+def open_window(models, engine, scratch: Path):
     from PySide6.QtCore import QSettings
 
     from app.main_window import MainWindow, _application
@@ -113,7 +127,7 @@ def open_window(models, decoder, scratch: Path):
     window = MainWindow(settings=store)
     window.resize(1500, 950)
     window.show()
-    window.set_models(models, decoder)
+    window.set_models(models, engine)
     window.charts_dock.raise_()  # charts skip redraws while hidden: keep them on screen
     app.processEvents()
     return app, window
@@ -222,7 +236,8 @@ def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
             samples.append({"run": run + 1, "threads": threading.active_count(), "gc_objects": len(gc.get_objects()),
                             "qobjects": len(window.findChildren(QObject)), "rss_mb": round(rss_mb(), 1),
                             "session_events": len(window.session.events),
-                            "decoder_drafters": len(window.decoder._drafters)})  # noqa: SLF001 - a diagnostic
+                            # noqa: SLF001 - a diagnostic; an engine process keeps its drafters to itself
+                            "decoder_drafters": len(getattr(window.decoder, "_drafters", ()))})
     first, last = samples[0], samples[-1]
     return {
         "runs": runs, "tokens_per_run": tokens, "samples": samples,
@@ -272,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="draft model for --target")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--visible", action="store_true", help="show the window instead of rendering offscreen")
+    parser.add_argument("--engine", choices=["process", "thread"], default="process",
+                        help="the window's engine: its own process (as the app does) or a thread of the window's")
     parser.add_argument("--json", dest="json_path", help="also write the figures here")
     args = parser.parse_args(argv)
     if not args.visible:
@@ -282,9 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     figures = {"threads": args.threads, "rss_start_mb": round(rss_mb(), 1)}
     with tempfile.TemporaryDirectory() as scratch:
-        models, decoder = load(args.target, args.draft, Path(scratch))
-        app, window = open_window(models, decoder, Path(scratch))
-        figures["target"] = models.target_name
+        request = model_request(args.target, args.draft, Path(scratch))
+        models, decoder = load(request)
+        window_models, engine = (models, decoder) if args.engine == "thread" else start_engine_process(request,
+                                                                                                       args.threads)
+        app, window = open_window(window_models, engine, Path(scratch))
+        figures["target"], figures["engine"] = models.target_name, args.engine
         if args.check in ("long", "all"):
             figures["long"] = report("long", soak_long(app, window, models, args.tokens or 10_000))
         if args.check in ("repeat", "all"):

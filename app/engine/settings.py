@@ -186,6 +186,13 @@ class LiveSettings:
             return self._settings
 
 
+@dataclass(frozen=True)
+class ControlRequests:
+    stopped: bool = False
+    paused: bool = False
+    steps_granted: int = 0
+
+
 class GenerationControl:
     """Stop / pause / single-step requests, checked by the decoder between passes."""
 
@@ -193,7 +200,8 @@ class GenerationControl:
         self._cond = threading.Condition()
         self._stop = False
         self._paused = False
-        self._steps = 0
+        self._steps = 0  # steps granted and not yet taken
+        self._granted = 0  # steps ever granted: lets another control follow this one
 
     def stop(self) -> None:
         with self._cond:
@@ -214,6 +222,21 @@ class GenerationControl:
         with self._cond:
             self._paused = True
             self._steps += 1
+            self._granted += 1
+            self._cond.notify_all()
+
+    def requests(self) -> ControlRequests:
+        """What has been asked of this control so far, as plain data."""
+        with self._cond:
+            return ControlRequests(stopped=self._stop, paused=self._paused, steps_granted=self._granted)
+
+    def follow(self, wanted: ControlRequests) -> None:
+        """Catch up with another control's requests (a control in another process mirrors the window's)."""
+        with self._cond:
+            self._steps += max(0, wanted.steps_granted - self._granted)
+            self._granted = max(self._granted, wanted.steps_granted)
+            self._paused = wanted.paused
+            self._stop = self._stop or wanted.stopped
             self._cond.notify_all()
 
     @property

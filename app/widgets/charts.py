@@ -9,8 +9,9 @@ predicted E / (K c + 1) with the measured c.
 Painting, not data, is what costs (a full repaint of five plots is ~80-120 ms
 of Python and QPainter work holding the GIL the engine needs), so while a run
 streams: the plots take turns, one per STAGGER_MS, so each paint covers one
-plot; axes are cached as pixmaps and their ranges grow in steps, so ticks are
-laid out again only when a range steps up; curves are downsampled to the
+plot, at a run's start and end too; axes are cached as pixmaps and each
+plot's ranges grow in steps on its own turn, so ticks are laid out again only
+when a range steps up, one plot at a time; curves are downsampled to the
 plot's width and long bar series are binned, so a paint stays the same size at
 10,000 passes as at 500; and nothing is redrawn when no pass arrived.
 """
@@ -36,6 +37,7 @@ STAGGER_MS = MIN_REDRAW_MS // PLOT_COUNT  # one plot per turn: each plot is redr
 # The x axes grow in these steps, so axis ticks are not re-laid out every tick.
 X_STEPS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
 MAX_BARS = 500  # more passes than this are drawn as bins of consecutive passes (their mean)
+LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 DRAFTER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
@@ -49,7 +51,7 @@ class RunCharts(QWidget):
         self._from_row = 0  # rows before this were cleared from view
         self._drawn_at = 0.0
         self._stale = False
-        self._x_span: tuple[float, float] | None = None
+        self._x_spans: dict[int, tuple[float, float]] = {}  # plot index -> its stepped x range
         self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
         self._turn = 0  # the plot whose turn is next
         self._drawn_rows = [-1] * PLOT_COUNT  # series size each plot last showed
@@ -79,6 +81,9 @@ class RunCharts(QWidget):
         for name in ("left", "bottom"):
             # An axis (with its grid) is replayed from a picture at every paint otherwise.
             plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        # A fixed width: wider tick labels (500 -> 1000) would otherwise re-lay out the whole grid of plots,
+        # and every axis of every plot would be drawn again in one paint.
+        plot.getAxis("left").setWidth(LEFT_AXIS_PX)
         return plot
 
     def _line(self, plot: pg.PlotItem, **options) -> pg.PlotDataItem:
@@ -115,13 +120,14 @@ class RunCharts(QWidget):
         self.speedup_measured = self._line(self.speedup_plot, pen=pg.mkPen("#0072B2", width=2), name="measured")
         self.speedup_predicted = self._line(
             self.speedup_plot, pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="predicted")
+        self._plots = (self.alpha_plot, self.tokens_plot, self.ledger_plot, self.speed_plot, self.speedup_plot)
 
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
         self._session = session
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
-        session.sig_ended.connect(lambda _event: self.refresh())  # the final state, right away
+        session.sig_ended.connect(lambda _event: self.request_refresh())  # the final state, plot by plot
 
     def request_refresh(self) -> None:
         """Redraw the next plot now, or STAGGER_MS after the previous one; not at all while hidden."""
@@ -155,19 +161,20 @@ class RunCharts(QWidget):
             self._pending.start(STAGGER_MS)
 
     def reset(self) -> None:
-        """A new run: show it from its first pass."""
+        """A new run: show it from its first pass; the plots are redrawn in turns."""
         self._from_row = 0
-        self._x_span = None
+        self._x_spans.clear()
         self._y_top.clear()
         for rolling, cumulative in self.drafter_curves.values():
             rolling.setData([], [])
             cumulative.setData([], [])
-        self.refresh()
+        self._drawn_rows = [-1] * PLOT_COUNT
+        self.request_refresh()
 
     def clear(self) -> None:
         """Hide the passes so far; later passes keep appearing. The session keeps all data for export."""
         self._from_row = self._session.series.size if self._session else 0
-        self._x_span = None
+        self._x_spans.clear()
         self._y_top.clear()
         self.refresh()
 
@@ -187,7 +194,7 @@ class RunCharts(QWidget):
         self._drawn_rows[index] = series.size
         rows = slice(self._from_row, series.size)
         x = series["pass"][rows]
-        self._fit_x(x)
+        self._fit_x(index, x)
         if index == 0:
             self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
             self._draw_drafters(x[0] if len(x) else np.inf)
@@ -219,18 +226,25 @@ class RunCharts(QWidget):
             self._stale = False
             self.refresh()
 
-    def _fit_x(self, x: np.ndarray) -> None:
+    def _fit_x(self, index: int, x: np.ndarray) -> None:
+        """Step plot `index`'s x range up to hold `x`; only this plot is laid out again."""
         first = float(x[0]) if len(x) else 0.0
         last = float(x[-1]) if len(x) else 0.0
         width = next((step for step in X_STEPS if step > last - first), last - first + 1)
         span = (first - 0.5, first + width + 0.5)
-        if span != self._x_span:
-            self._x_span = span
-            for plot in (self.alpha_plot, self.tokens_plot, self.ledger_plot, self.speed_plot, self.speedup_plot):
-                plot.setXRange(*span, padding=0)
+        if span != self._x_spans.get(index):
+            self._x_spans[index] = span
+            self._plots[index].setXRange(*span, padding=0)
 
     def _draw_drafters(self, first_pass: float) -> None:
+        """Each drafter's curves; at most one drafter's new curves per call (a legend entry is costly)."""
+        may_add = True
         for name, drafter in self._session.by_drafter.items():
+            if name not in self.drafter_curves:
+                if not may_add:
+                    self._drawn_rows[0] = -1  # come back for the others on the next turn
+                    continue
+                may_add = False
             rolling, cumulative = self._curves_for(name)
             passes = drafter.columns["pass"]
             shown = slice(int(np.searchsorted(passes, first_pass)), None)

@@ -20,7 +20,7 @@ def make_window(qtbot, store):
     windows = []
 
     def make(decoder=None, models=None):
-        window = MainWindow(settings=store)
+        window = MainWindow(settings=store, engine_process=False)  # in-process models, so tests can patch them
         qtbot.addWidget(window)
         window.show()  # offscreen: paints and lays out like a real session
         if decoder is not None:

@@ -197,4 +197,4 @@ def test_charts_clear_then_keep_drawing(qtbot, fake_window):
     window.charts.clear()
     assert set(window.charts.point_counts().values()) == {0}
     window.charts.reset()
-    assert set(window.charts.point_counts().values()) == {len(window.session.passes)}
+    qtbot.waitUntil(lambda: set(window.charts.point_counts().values()) == {len(window.session.passes)})

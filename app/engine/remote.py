@@ -1,0 +1,365 @@
+"""The engine in a process of its own, driven like an in-process decoder.
+
+Python runs one thread at a time per process: a window drawing charts in the
+same process as the decoder takes its turns away from the decoder's Python.
+`EngineProcess` loads the models in a child process and streams the same
+event objects back through a pipe, so the window and the engine each keep a
+CPU core to themselves.
+
+    engine = EngineProcess(dict(target=None, draft=None))   # loads in the child; raises ModelLoadError ...
+    for event in engine.generate(prompt, live, control):     # same contract as SpeculativeDecoder.generate
+        ...
+    for event in engine.racer.generate(prompt, settings):    # same contract as Race.generate
+        ...
+    engine.close()
+
+While a run streams, the caller's `LiveSettings` and `GenerationControl` are
+watched and every change is forwarded, so live toggles, pause, step and stop
+behave as they do in process. One run at a time.
+
+Messages, parent -> child: ("run", kind, prompt, settings, chat_template, requests), ("live", settings),
+("control", requests), ("close",). Child -> parent: ("progress", fraction, message), ("loaded", summary),
+("failed", error_type, message), ("started",), ("event", event), ("done",), ("raised", error_type, message).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from app.engine import errors
+from app.engine.settings import ControlRequests, DecodeSettings, GenerationControl, LiveSettings, SettingsError
+
+POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
+DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
+_TYPED_ERRORS = {cls.__name__: cls for cls in (
+    SettingsError, errors.ModelLoadError, errors.IncompatibleTokenizerError, errors.DrafterError,
+    errors.ContextTooLongError, errors.OutOfMemoryError,
+)}
+
+
+class EngineProcessError(errors.EngineError):
+    """The engine process could not be started, was cancelled, or stopped unexpectedly."""
+
+
+@dataclass(frozen=True)
+class ModelsSummary:
+    """What the window shows and offers about the models a process holds (plain data)."""
+
+    target_name: str
+    draft_name: str | None
+    device: str
+    dtype: str
+    available_drafters: tuple[str, ...]
+    num_layers: int
+    default_exit_layer: int
+    context_length: int
+
+    @classmethod
+    def of(cls, models) -> ModelsSummary:
+        return cls(target_name=models.target_name, draft_name=models.draft_name, device=str(models.device),
+                   dtype=str(models.dtype).removeprefix("torch."), available_drafters=tuple(models.available_drafters),
+                   num_layers=int(models.num_layers), default_exit_layer=int(models.default_exit_layer),
+                   context_length=int(models.context_length))
+
+
+# --- parent side ----------------------------------------------------------------------------------------------
+class EngineProcess:
+    """A child process holding the models and a decoder; `generate` streams its events here."""
+
+    def __init__(self, request: dict, progress: Callable[[float, str], None] | None = None,
+                 cancelled: Callable[[], bool] = lambda: False, threads: int | None = None) -> None:
+        """Start the child and wait until it has loaded `request` (load_models' arguments).
+
+        Raises the loader's typed error (ModelLoadError, OutOfMemoryError ...) or EngineProcessError;
+        the child is gone then. `cancelled()` is polled while waiting: True ends the child at once.
+        """
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs Qt or CUDA
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(target=serve, args=(child_end, dict(request), threads),
+                                        name="speculative-engine", daemon=True)
+        self._lock = threading.Lock()  # one run at a time
+        self.racer = _RaceRunner(self)
+        self.tokenizer = None  # a copy of the target's tokenizer in this process, for whoever names tokens here
+        self._process.start()
+        child_end.close()
+        try:
+            self.summary: ModelsSummary = self._await_load(progress or (lambda fraction, message: None), cancelled)
+        except BaseException:
+            self.close(timeout_s=0.5)  # a failed child is on its way out; a cancelled one need not finish
+            raise
+
+    @property
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
+                 chat_template: bool = False) -> Iterator:
+        """As `SpeculativeDecoder.generate`: typed errors for a bad prompt now, then the run's events."""
+        return self._run("decode", prompt, live, control, chat_template)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the child (asking first, then terminating); safe to call twice."""
+        if self._process.is_alive():
+            try:
+                self._conn.send(("close",))
+            except OSError:
+                pass
+            self._process.join(timeout_s)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(1.0)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._conn.close()
+
+    # -- loading
+    def _await_load(self, progress: Callable[[float, str], None], cancelled: Callable[[], bool]) -> ModelsSummary:
+        while True:
+            if cancelled():
+                raise EngineProcessError("loading was cancelled")
+            message = self._receive(POLL_S)
+            if message is None:
+                continue
+            kind = message[0]
+            if kind == "progress":
+                progress(message[1], message[2])
+            elif kind == "loaded":
+                return message[1]
+            elif kind == "failed":
+                raise _typed_error(message[1], message[2])
+
+    # -- running
+    def _run(self, kind: str, prompt: str, live, control, chat_template: bool) -> Iterator:
+        live = LiveSettings(live) if isinstance(live, DecodeSettings) else live
+        control = control or GenerationControl()
+        if not self._lock.acquire(blocking=False):
+            raise EngineProcessError("the engine is already running a generation: stop it first")
+        try:
+            link = _RunLink(self, live, control)
+            self._send(("run", kind, prompt, link.settings, chat_template, link.requests))
+            first = link.next_message()
+            if first[0] == "raised":
+                raise _typed_error(first[1], first[2])
+        except BaseException:
+            self._lock.release()
+            raise
+        return _Stream(self, link)
+
+    def _abandon(self, link: _RunLink) -> None:
+        """The caller stopped reading mid-run: stop the child's run and drop what it still sends."""
+        try:
+            link.control.stop()
+            link.forward_changes()
+            waited = 0.0
+            while waited < DRAIN_S:
+                message = self._receive(POLL_S)
+                waited += POLL_S
+                if message is not None and message[0] in ("done", "raised"):
+                    return
+        except EngineProcessError:
+            return
+        self.close()  # a child that does not stop cannot be trusted with the next run
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError):  # a closed pipe, or a child that is gone
+            raise self._gone() from None
+
+    def _receive(self, timeout_s: float):
+        """The next message, None after `timeout_s` of silence; EngineProcessError if the child is gone."""
+        try:
+            if self._conn.poll(timeout_s):
+                return self._conn.recv()
+        except (EOFError, OSError, ValueError):
+            raise self._gone() from None
+        if not self._process.is_alive():
+            raise self._gone()
+        return None
+
+    def _gone(self) -> EngineProcessError:
+        if self._process.is_alive():  # it hung up on us: make sure it is really over
+            self.close()
+        self._process.join(1.0)
+        return EngineProcessError(
+            f"the engine process stopped unexpectedly (exit code {self._process.exitcode}); the text so far is kept. "
+            "Load the models again (File → Load models…) to continue.")
+
+
+class _Stream:
+    """The events of one run. Closing it (or dropping it) before the end stops the run in the child."""
+
+    def __init__(self, engine: EngineProcess, link: _RunLink) -> None:
+        self._engine, self._link, self._open = engine, link, True
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self):
+        if not self._open:
+            raise StopIteration
+        try:
+            message = self._link.next_message()
+        except BaseException:
+            self._finish()
+            raise
+        if message[0] == "event":
+            return message[1]
+        self._finish()
+        if message[0] == "raised":
+            raise _typed_error(message[1], message[2])
+        raise StopIteration  # "done"
+
+    def close(self) -> None:
+        if self._open:
+            try:
+                self._engine._abandon(self._link)  # noqa: SLF001 - the stream is part of the engine
+            finally:
+                self._finish()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - nothing can be reported from a finaliser
+            pass
+
+    def _finish(self) -> None:
+        if self._open:
+            self._open = False
+            self._engine._lock.release()  # noqa: SLF001
+
+
+class _RaceRunner:
+    """`Race.generate` in the engine process."""
+
+    def __init__(self, engine: EngineProcess) -> None:
+        self._engine = engine
+
+    def generate(self, prompt: str, live, control: GenerationControl | None = None,
+                 chat_template: bool = False) -> Iterator:
+        return self._engine._run("race", prompt, live, control, chat_template)  # noqa: SLF001 - its own runner
+
+
+class _RunLink:
+    """One run's link: forwards the caller's settings and control to the child as they change."""
+
+    def __init__(self, engine: EngineProcess, live: LiveSettings, control: GenerationControl) -> None:
+        self.engine, self.live, self.control = engine, live, control
+        self.settings: DecodeSettings = live.get()
+        self.requests: ControlRequests = control.requests()
+
+    def forward_changes(self) -> None:
+        settings, requests = self.live.get(), self.control.requests()
+        if settings is not self.settings:
+            self.settings = settings
+            self.engine._send(("live", settings))  # noqa: SLF001 - the link is part of the engine
+        if requests != self.requests:
+            self.requests = requests
+            self.engine._send(("control", requests))  # noqa: SLF001
+
+    def next_message(self):
+        while True:
+            self.forward_changes()
+            message = self.engine._receive(POLL_S)  # noqa: SLF001
+            if message is not None:
+                return message
+
+
+def _typed_error(error_type: str, message: str) -> Exception:
+    cls = _TYPED_ERRORS.get(error_type)
+    if cls is not None:
+        return cls(message)
+    if error_type == EngineProcessError.__name__:
+        return EngineProcessError(message)
+    return EngineProcessError(f"{error_type}: {message}")
+
+
+# --- child side -----------------------------------------------------------------------------------------------
+def serve(conn, request: dict, threads: int | None) -> None:
+    """The child's main: load, report, then run what the parent asks until it closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
+    import torch
+
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+
+    torch.set_num_threads(threads or _threads_beside_a_window())
+    try:
+        models = load_models(**request, progress=lambda fraction, message: conn.send(("progress", fraction, message)))
+        decoder = SpeculativeDecoder(models)
+    except Exception as error:  # noqa: BLE001 - every failure goes to the parent as a typed message
+        conn.send(("failed", type(error).__name__, str(error) or type(error).__name__))
+        return
+    conn.send(("loaded", ModelsSummary.of(models)))
+    _Host(conn, models, decoder).serve()
+
+
+def _threads_beside_a_window() -> int:
+    """CPU threads for the engine: all cores but one, which the window keeps."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1))
+
+
+class _Host:
+    """Child side: a reader thread applies live changes at once; runs execute on the main thread."""
+
+    def __init__(self, conn, models, decoder) -> None:
+        self._conn, self._models, self._decoder = conn, models, decoder
+        self._jobs: queue.Queue = queue.Queue()
+        self._live = LiveSettings()
+        self._control = GenerationControl()
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="engine-inbox", daemon=True).start()
+        while (job := self._jobs.get()) is not None:
+            self._execute(*job)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = self._conn.recv()
+                kind = message[0]
+                if kind == "run":
+                    _, run_kind, prompt, settings, chat_template, requests = message
+                    # Made here, not on the main thread, so the messages that follow reach this run's objects.
+                    self._live, self._control = LiveSettings(settings), GenerationControl()
+                    self._control.follow(requests)
+                    self._jobs.put((run_kind, prompt, self._live, self._control, chat_template))
+                elif kind == "live":
+                    self._live.set(message[1])
+                elif kind == "control":
+                    self._control.follow(message[1])
+                elif kind == "close":
+                    break
+        except (EOFError, OSError):
+            pass  # the parent is gone
+        self._control.stop()
+        self._jobs.put(None)
+
+    def _execute(self, kind: str, prompt: str, live: LiveSettings, control: GenerationControl,
+                 chat_template: bool) -> None:
+        try:
+            runner = self._decoder if kind == "decode" else _race(self._models)
+            events = runner.generate(prompt, live, control, chat_template=chat_template)
+            self._conn.send(("started",))
+            for event in events:
+                self._conn.send(("event", event))
+            self._conn.send(("done",))
+        except (EOFError, OSError, BrokenPipeError):
+            self._jobs.put(None)
+        except Exception as error:  # noqa: BLE001 - reaches the parent as the same typed error
+            self._conn.send(("raised", type(error).__name__, str(error) or type(error).__name__))
+
+
+def _race(models):
+    from app.engine.race import Race
+
+    return Race(models)
