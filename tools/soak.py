@@ -47,8 +47,17 @@ def rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def tracked_objects() -> int:
+    """Objects the cyclic collector tracks, those the window froze out of its reach included."""
+    return len(gc.get_objects()) + gc.get_freeze_count()
+
+
 class Heartbeat:
-    """A fast QTimer on the GUI thread; the gaps between its ticks are the event loop's stalls."""
+    """A fast QTimer on the GUI thread; the gaps between its ticks are the event loop's stalls.
+
+    It also times this process's garbage collections while it runs: a full collection walks every
+    Python object alive and is the longest pause a Python GUI can have.
+    """
 
     def __init__(self, interval_ms: int = HEARTBEAT_MS) -> None:
         from PySide6.QtCore import Qt, QTimer
@@ -62,11 +71,20 @@ class Heartbeat:
 
     def start(self) -> None:
         self.gaps_ms.clear()
+        self.collections: list[tuple[int, float]] = []  # (generation, ms)
         self._last = time.perf_counter()
+        gc.callbacks.append(self._on_collection)
         self._timer.start()
 
     def stop(self) -> None:
         self._timer.stop()
+        gc.callbacks.remove(self._on_collection)
+
+    def _on_collection(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._collection_started = time.perf_counter()
+        else:
+            self.collections.append((info["generation"], 1e3 * (time.perf_counter() - self._collection_started)))
 
     def _tick(self) -> None:
         now = time.perf_counter()
@@ -75,8 +93,10 @@ class Heartbeat:
 
     def summary(self) -> dict:
         gaps = sorted(self.gaps_ms) or [0.0]
+        full = [ms for generation, ms in self.collections if generation == 2]
         return {"max_stall_ms": round(gaps[-1], 1), "p99_gap_ms": round(gaps[int(0.99 * (len(gaps) - 1))], 1),
-                "stalls_over_50ms": sum(g > 50 for g in gaps), "ticks": len(self.gaps_ms)}
+                "stalls_over_50ms": sum(g > 50 for g in gaps), "ticks": len(self.gaps_ms),
+                "full_gc": len(full), "longest_gc_ms": round(max((ms for _, ms in self.collections), default=0.0), 1)}
 
 
 # --- models and window -------------------------------------------------------------------------------------
@@ -233,7 +253,7 @@ def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
         if run in (0, runs // 2, runs - 1):
             settle(app)
             gc.collect()
-            samples.append({"run": run + 1, "threads": threading.active_count(), "gc_objects": len(gc.get_objects()),
+            samples.append({"run": run + 1, "threads": threading.active_count(), "gc_objects": tracked_objects(),
                             "qobjects": len(window.findChildren(QObject)), "rss_mb": round(rss_mb(), 1),
                             "session_events": len(window.session.events),
                             # noqa: SLF001 - a diagnostic; an engine process keeps its drafters to itself
@@ -272,6 +292,7 @@ def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3
         "ratio_of_medians": round(best_w / best_h, 3) if best_h else None,
         "max_stall_ms": worst["max_stall_ms"], "p99_gap_ms": worst["p99_gap_ms"],
         "stalls_over_50ms": [s["stalls_over_50ms"] for s in stalls], "gui_thread_cpu_s": gui_cpu,
+        "full_gc": [s["full_gc"] for s in stalls], "longest_gc_ms": max(s["longest_gc_ms"] for s in stalls),
     }
 
 
