@@ -1,5 +1,5 @@
 """The soak checks of tools/soak.py at a size the suite can afford: a long run in the window with live charts,
-then consecutive generations. Full size: `python tools/soak.py` (figures in the project's notes)."""
+consecutive generations, and the window-vs-headless comparison. Full size: `python tools/soak.py` (figures in the project's notes)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def soak():
 
 
 def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
-    models, engine = soak.start_engine_process(soak.model_request(None, None, tmp_path), threads=1)
+    request = soak.model_request(None, None, tmp_path)
+    models, engine = soak.start_engine_process(request, threads=1)
     assert models.context_length >= 10_000  # the long-context tiny model the full soak needs
     app, window = soak.open_window(models, engine, tmp_path)
     qtbot.addWidget(window)
@@ -36,6 +37,12 @@ def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
         assert repeat["thread_growth"] == 0 and repeat["qobject_growth"] <= 0
         assert all(sample["session_events"] <= 2 + 24 + 4 for sample in repeat["samples"])  # one run's history
         assert repeat["gc_object_growth"] < 2_000, repeat["samples"]
+
+        local_models, decoder = soak.load(request)  # headless runs in this process
+        overhead = soak.measure_overhead(app, window, local_models, decoder, tokens=60, repeats=2)
+        print(overhead)
+        assert len(overhead["window_tokens_per_s"]) == len(overhead["headless_tokens_per_s"]) == 2
+        assert overhead["median_pair_ratio"] > 0 and overhead["full_gc"] == [0, 0]
     finally:
         window.shutdown()
         window.close()

@@ -290,6 +290,8 @@ def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3
         "headless_tokens_per_s": [round(v, 1) for v in headless],
         "window_tokens_per_s": [round(v, 1) for v in windowed],
         "ratio_of_medians": round(best_w / best_h, 3) if best_h else None,
+        # Each window run against the headless run just before it: drift of a shared machine cancels out.
+        "median_pair_ratio": round(statistics.median(w / h for w, h in zip(windowed, headless) if h), 3),
         "max_stall_ms": worst["max_stall_ms"], "p99_gap_ms": worst["p99_gap_ms"],
         "stalls_over_50ms": [s["stalls_over_50ms"] for s in stalls], "gui_thread_cpu_s": gui_cpu,
         "full_gc": [s["full_gc"] for s in stalls], "longest_gc_ms": max(s["longest_gc_ms"] for s in stalls),

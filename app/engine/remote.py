@@ -189,7 +189,7 @@ class EngineProcess:
             self.close()
         self._process.join(1.0)
         return EngineProcessError(
-            f"the engine process stopped unexpectedly (exit code {self._process.exitcode}); the text so far is kept. "
+            f"the engine process stopped unexpectedly (exit code {self._process.exitcode}). "
             "Load the models again (File → Load models…) to continue.")
 
 
