@@ -173,6 +173,53 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:300] if text else "no details"
 
 
+# What from_pretrained reads of a hub repo; other weight formats (.bin, .h5, .onnx, gguf ...) are left on the hub.
+HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py")
+
+
+def fetch_from_hub(name: str, report=None) -> str:
+    """A local folder for `name`: a folder as it is, a hub id's files in the local cache (downloading what is
+    missing, with `report(fraction, message)` as the bytes arrive). A repo without safetensors weights is
+    returned as the id, so that from_pretrained fetches its other weight format itself."""
+    if _looks_like_path(name):
+        return name
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(name, allow_patterns=list(HUB_FILES), tqdm_class=_download_progress(name, report))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+        raise _load_error(name, exc) from exc
+    return folder if any(Path(folder).glob("*.safetensors")) else name
+
+
+def _download_progress(name: str, report):
+    """A tqdm class for snapshot_download that turns its byte counts into `report(fraction, message)` calls."""
+    from tqdm.auto import tqdm
+
+    class DownloadProgress(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["file"] = _Nowhere()  # counts, never prints
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            super().update(n)
+            if report is not None and self.unit == "B" and self.total:
+                megabytes = f"{self.n / 2**20:.1f} of {self.total / 2**20:.1f} MB"
+                report(min(1.0, self.n / self.total), f"downloading {name}: {megabytes}")
+
+    return DownloadProgress
+
+
+class _Nowhere:
+    """A text stream that drops what is written to it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 def load_tokenizer(name: str):
     try:
         return AutoTokenizer.from_pretrained(os.path.expanduser(name))
@@ -196,6 +243,11 @@ def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_m
                                    "model, a smaller dtype (bfloat16 / float16) or another device.") from None
         raise _load_error(name, exc) from exc
     return model.eval()
+
+
+def _within(report, start: float, end: float):
+    """`report` for one step of a longer job: its 0..1 mapped to start..end of the whole."""
+    return lambda fraction, message: report(start + (end - start) * fraction, message)
 
 
 def check_same_vocabulary(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
@@ -232,16 +284,19 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
             heads = str(DEMO_DIR / "heads")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    report(0.0, f"loading tokenizer of {target}")
-    tokenizer = load_tokenizer(target)
-    report(0.1, f"loading {target}")
-    target_model = load_causal_lm(target, torch_device, torch_dtype, device_map)
+    # Downloads (when a hub model is not cached yet) take most of the time when there are any.
+    target_files = fetch_from_hub(target, _within(report, 0.0, 0.4))
+    draft_files = fetch_from_hub(draft, _within(report, 0.4, 0.5)) if draft else None
+    report(0.5, f"loading tokenizer of {target}")
+    tokenizer = load_tokenizer(target_files)
+    report(0.55, f"loading {target}")
+    target_model = load_causal_lm(target_files, torch_device, torch_dtype, device_map)
     models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype)
     models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
     if draft:
-        report(0.6, f"loading {draft}")
-        check_same_vocabulary(tokenizer, load_tokenizer(draft), target, draft)
-        models.draft = load_causal_lm(draft, torch_device, torch_dtype)
+        report(0.75, f"loading {draft}")
+        check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
+        models.draft = load_causal_lm(draft_files, torch_device, torch_dtype)
         models.draft_name = draft
     if heads:
         from app.engine.drafters.heads import load_heads  # only when heads are asked for
