@@ -660,6 +660,7 @@ def _run_to_end(app: QApplication, window: MainWindow) -> None:
     window.sig_run_finished.connect(loop.quit)
     if window.start_generation():
         loop.exec()
+    window.charts.refresh()  # every plot now, not in the turns they take while a run streams
     QTimer.singleShot(50, loop.quit)  # let the last refresh tick and layout settle before grabbing
     loop.exec()
     app.processEvents()

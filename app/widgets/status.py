@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 
@@ -22,14 +24,24 @@ class RunStatusBar(QStatusBar):
             self.models_label.setText("no models")
             self.device_label.setText("")
             return
-        draft = f" ← {models.draft_name}" if getattr(models, "draft_name", None) else ""
-        self.models_label.setText(f"{models.target_name}{draft}")
+        draft_name = getattr(models, "draft_name", None)
+        draft = f" ← {short_model_name(draft_name)}" if draft_name else ""
+        self.models_label.setText(f"{short_model_name(models.target_name)}{draft}")
+        self.models_label.setToolTip(f"target: {models.target_name}" + (f"\ndraft: {draft_name}" if draft_name else ""))
         self.device_label.setText(f"{_short(models.device)} · {_short(models.dtype)}")
 
     def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int) -> None:
         self.speed_label.setText("" if tokens_per_s is None else f"{tokens_per_s:.1f} tokens/s")
         self.alpha_label.setText("α —" if alpha is None else f"α {alpha:.2f}")
         self.passes_label.setText(f"{passes} passes · {tokens} tokens")
+
+
+def short_model_name(name: str) -> str:
+    """A hub id as it is; a folder as its last two parts ("demo/target"), the full path is in the tooltip."""
+    path = Path(name).expanduser()
+    if not (name.startswith((".", "/", "~")) or path.is_absolute() or path.exists()):
+        return name
+    return "/".join(path.resolve().parts[-2:])
 
 
 def _short(value) -> str:

@@ -36,7 +36,9 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
     load(qtbot, window, request)
     engine = window.decoder
     assert isinstance(engine, EngineProcess) and engine.alive and isinstance(window.models, ModelsSummary)
-    assert "draft-model" in window.drafters.chain_order() and str(target) in window.status.models_label.text()
+    assert "draft-model" in window.drafters.chain_order()
+    assert window.status.models_label.text() == f"{target.parent.name}/{target.name} ← {draft.parent.name}/{draft.name}"
+    assert str(target) in window.status.models_label.toolTip()
 
     window.controls.prompt.setPlainText("def add(a, b):")
     window.drafters.set_drafters(("draft-model",))
