@@ -292,11 +292,21 @@ class MainWindow(QMainWindow):
         if self.decoder is None:
             self.show_message("No models are loaded yet: use File → Load models…", error=True)
             return None
+        if not getattr(self.decoder, "alive", True):
+            self._restart_engine()
+            return None
         if not self.controls.prompt_text.strip():
             self.show_message("Type a prompt first.", error=True)
             return None
         self.drafters.flush()
         return self.push_settings()
+
+    def _restart_engine(self) -> None:
+        """The engine process has died (killed for memory, a crash in native code): load the models again."""
+        if self._loader is None:
+            self.load_models_async(self.model_request)
+        self.show_message("The engine process had stopped; the models are loading again. "
+                          "Press Generate once they are loaded.", error=True)
 
     def start_generation(self, paused: bool | None = None) -> bool:
         """Start a run with the current prompt and settings; False (with a message) if it cannot.

@@ -189,8 +189,8 @@ class EngineProcess:
             self.close()
         self._process.join(1.0)
         return EngineProcessError(
-            f"the engine process stopped unexpectedly (exit code {self._process.exitcode}). "
-            "Load the models again (File → Load models…) to continue.")
+            f"the engine process stopped unexpectedly (exit code {self._process.exitcode}) and its models with it. "
+            "Load the models again to continue (in the window, Generate does that).")
 
 
 class _Stream:

@@ -1,5 +1,6 @@
 """The window as the app runs it: models loaded into an engine process, generation, stop, race,
-a failed load that keeps the running engine, a new load that replaces it, and closing that ends it."""
+a failed load that keeps the running engine, a new load that replaces it, an engine that dies and is
+started again, and closing that ends it."""
 
 from __future__ import annotations
 
@@ -73,5 +74,16 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
     load(qtbot, window, request)
     replacement = window.decoder
     assert replacement is not engine and replacement.alive and not engine.alive
+
+    replacement._process.kill()  # noqa: SLF001 - what an out-of-memory killer does
+    qtbot.waitUntil(lambda: not replacement.alive)
+    with qtbot.waitSignal(window.sig_models_changed, timeout=LOAD_MS):
+        assert not window.start_generation()  # Generate on a dead engine loads the models again
+        assert "loading again" in window.banner.text()
+    qtbot.waitUntil(lambda: window._loader is None, timeout=RUN_MS)
+    assert window.decoder is not replacement and window.decoder.alive
+    run_to_end(qtbot, window)
+    assert window.session.end.reason in ("max_tokens", "eos")
+    restarted = window.decoder
     window.close()
-    assert not replacement.alive
+    assert not restarted.alive
