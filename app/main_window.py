@@ -215,9 +215,9 @@ class MainWindow(QMainWindow):
         self._wanted_settings = None
         self.status.show_models(models)
         self.status.showMessage("Models loaded", 4000)
-        tokenizer = getattr(models, "tokenizer", None) or getattr(decoder, "tokenizer", None)
-        if tokenizer is not None:
-            self.inspector.set_token_text(lambda token_id: tokenizer.decode([token_id]))
+        token_text = _token_speller(models, decoder)
+        if token_text is not None:
+            self.inspector.set_token_text(token_text)
         self.push_settings()
         self.sig_models_changed.emit(models)
 
@@ -598,6 +598,14 @@ def _describe_setup(settings: DecodeSettings) -> str:
     if rule == "asd":
         rule = f"ASD (B = {settings.asd.budget:g}, g = {settings.asd.gate:g}, M = {settings.asd.cap})"
     return f"{chain}, K = {settings.k}, {rule}"
+
+
+def _token_speller(models, decoder):
+    """token id -> text: an engine process's table, else the in-process tokenizer; None without either."""
+    if hasattr(decoder, "token_text"):
+        return decoder.token_text
+    tokenizer = getattr(models, "tokenizer", None)
+    return None if tokenizer is None else (lambda token_id: tokenizer.decode([token_id]))
 
 
 def _close_engine(decoder) -> None:

@@ -185,15 +185,9 @@ class ModelLoadThread(QThread):
         return models, SpeculativeDecoder(models)
 
     def _load_engine_process(self):
-        from app.engine.loading import load_tokenizer
         from app.engine.remote import EngineProcess
 
         engine = EngineProcess(self.request, progress=self._report, cancelled=lambda: self.cancelled)
-        try:
-            engine.tokenizer = load_tokenizer(engine.summary.target_name)  # names the inspector's tokens here
-        except BaseException:
-            engine.close()
-            raise
         if self.cancelled:
             engine.close()
         return engine.summary, engine

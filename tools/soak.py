@@ -121,11 +121,9 @@ def load(request: dict):
 
 def start_engine_process(request: dict, threads: int):
     """The window's own set-up: the models in an engine process (app/engine/remote.py)."""
-    from app.engine.loading import load_tokenizer
     from app.engine.remote import EngineProcess
 
     engine = EngineProcess(request, threads=threads)
-    engine.tokenizer = load_tokenizer(engine.summary.target_name)
     return engine.summary, engine
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from app.engine.settings import SettingsError
 
 # How allocators word an out-of-memory failure that is not raised as a typed error.
@@ -36,6 +34,8 @@ class OutOfMemoryError(EngineError):
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for CUDA / MPS / CPU allocation failures, whatever their exception type."""
+    import torch  # here, so that the window's process can name these errors without loading torch
+
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(word in str(exc).lower() for word in _OOM_WORDS)
@@ -49,6 +49,8 @@ def release_memory(failure: BaseException | None = None) -> None:
     """
     import gc
     import traceback
+
+    import torch
 
     if failure is not None and failure.__traceback__ is not None:
         traceback.clear_frames(failure.__traceback__)

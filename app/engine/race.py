@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 
@@ -145,6 +144,8 @@ class Race:
     def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
                  chat_template: bool = False) -> Iterator[RaceEvent | RaceResult]:
         """Validate now (raising like `SpeculativeDecoder.generate`), then stream the interleaved lanes."""
+        from app.engine.decoder import SpeculativeDecoder  # here: the race's data types import without torch
+
         settings = live.get() if isinstance(live, LiveSettings) else live  # one set-up for the whole race
         control = control or GenerationControl()
         lanes = [

@@ -85,7 +85,7 @@ class EngineProcess:
                                         name="speculative-engine", daemon=True)
         self._lock = threading.Lock()  # one run at a time
         self.racer = _RaceRunner(self)
-        self.tokenizer = None  # a copy of the target's tokenizer in this process, for whoever names tokens here
+        self._token_texts: tuple[str, ...] = ()
         self._process.start()
         child_end.close()
         try:
@@ -97,6 +97,10 @@ class EngineProcess:
     @property
     def alive(self) -> bool:
         return self._process.is_alive()
+
+    def token_text(self, token_id: int) -> str:
+        """The target tokenizer's text of one token id ("" for an id it does not have), without the tokenizer."""
+        return self._token_texts[token_id] if 0 <= token_id < len(self._token_texts) else ""
 
     def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
                  chat_template: bool = False) -> Iterator:
@@ -131,6 +135,7 @@ class EngineProcess:
             if kind == "progress":
                 progress(message[1], message[2])
             elif kind == "loaded":
+                self._token_texts = message[2]
                 return message[1]
             elif kind == "failed":
                 raise _typed_error(message[1], message[2])
@@ -297,8 +302,13 @@ def serve(conn, request: dict, threads: int | None) -> None:
     except Exception as error:  # noqa: BLE001 - every failure goes to the parent as a typed message
         conn.send(("failed", type(error).__name__, str(error) or type(error).__name__))
         return
-    conn.send(("loaded", ModelsSummary.of(models)))
+    conn.send(("loaded", ModelsSummary.of(models), token_texts(models.tokenizer)))
     _Host(conn, models, decoder).serve()
+
+
+def token_texts(tokenizer) -> tuple[str, ...]:
+    """Every token id's text, decoded on its own: how the window's process spells tokens without a tokenizer."""
+    return tuple(tokenizer.batch_decode([[token_id] for token_id in range(len(tokenizer))]))
 
 
 def _threads_beside_a_window() -> int:

@@ -64,6 +64,14 @@ def test_same_events_as_in_process(engine, local, settings):
     assert engine.summary == ModelsSummary.of(models)
 
 
+def test_tokens_are_spelled_without_a_tokenizer_here(engine, local):
+    models, _ = local
+    tokenizer = models.tokenizer
+    for token_id in (0, 5, 100, len(tokenizer) - 1):
+        assert engine.token_text(token_id) == tokenizer.decode([token_id])
+    assert engine.token_text(len(tokenizer)) == "" and engine.token_text(-1) == ""
+
+
 def test_live_settings_and_steps_reach_the_child_between_passes(engine):
     live = LiveSettings(DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=200))
     control = GenerationControl()

@@ -4,6 +4,10 @@ started again, and closing that ends it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from app.engine.remote import EngineProcess, ModelsSummary
@@ -87,3 +91,13 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
     restarted = window.decoder
     window.close()
     assert not restarted.alive
+
+
+def test_the_windows_process_needs_neither_torch_nor_transformers():
+    """The models live in the engine process: the window starts fast and small without them."""
+    check = ("import sys; import app.cli, app.main_window, app.worker, app.engine.remote; "
+             "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+             "assert not heavy, heavy")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert result.returncode == 0, result.stderr
