@@ -295,6 +295,9 @@ def serve(conn, request: dict, threads: int | None) -> None:
     from app.engine.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not
     torch.set_num_threads(threads or _threads_beside_a_window())
     try:
         models = load_models(**request, progress=lambda fraction, message: conn.send(("progress", fraction, message)))
