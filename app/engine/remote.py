@@ -18,8 +18,9 @@ watched and every change is forwarded, so live toggles, pause, step and stop
 behave as they do in process. One run at a time.
 
 Messages, parent -> child: ("run", kind, prompt, settings, chat_template, requests), ("live", settings),
-("control", requests), ("close",). Child -> parent: ("progress", fraction, message), ("loaded", summary),
-("failed", error_type, message), ("started",), ("event", event), ("done",), ("raised", error_type, message).
+("control", requests), ("close",). Child -> parent: ("progress", fraction, message), ("loaded", summary,
+token_texts), ("failed", error_type, message), ("started",), ("event", event), ("done",),
+("raised", error_type, message).
 """
 
 from __future__ import annotations
@@ -279,11 +280,7 @@ class _RunLink:
 
 def _typed_error(error_type: str, message: str) -> Exception:
     cls = _TYPED_ERRORS.get(error_type)
-    if cls is not None:
-        return cls(message)
-    if error_type == EngineProcessError.__name__:
-        return EngineProcessError(message)
-    return EngineProcessError(f"{error_type}: {message}")
+    return cls(message) if cls is not None else EngineProcessError(f"{error_type}: {message}")
 
 
 # --- child side -----------------------------------------------------------------------------------------------
@@ -291,11 +288,10 @@ def serve(conn, request: dict, threads: int | None) -> None:
     """The child's main: load, report, then run what the parent asks until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
     import torch
+    from transformers.utils import logging as hf_logging
 
     from app.engine.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
-
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not
     torch.set_num_threads(threads or _threads_beside_a_window())
