@@ -7,7 +7,7 @@ against B, exceptions marked); tokens/s; measured speedup against the
 predicted E / (K c + 1) with the measured c.
 
 Painting, not data, is what costs (a full repaint of five plots is ~80-120 ms
-of Python and QPainter work holding the GIL the engine needs), so while a run
+of Python and QPainter work during which the window cannot react), so while a run
 streams: the plots take turns, one per STAGGER_MS, so each paint covers one
 plot, at a run's start and end too; axes are cached as pixmaps and each
 plot's ranges grow in steps on its own turn, so ticks are laid out again only
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayo
 from app.widgets import on_screen
 
 # Redrawing five plots costs far more than appending tokens (axes, paths,
-# Python paint code holding the GIL the engine thread needs), so charts
+# Python paint code on the GUI thread), so charts
 # redraw at most this often, even though the session ticks at ~30 Hz.
 MIN_REDRAW_MS = 250
 PLOT_COUNT = 5
