@@ -22,12 +22,13 @@ from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, D
 from app.widgets import token_style as ts
 
 GHOST_NEWLINE = "↵"
-# Qt lays out a whole paragraph again whenever text is appended to it, so one
-# endless paragraph would make every tick slower. Past SOFT_BLOCK characters a
-# paragraph is ended before a token that starts with a space (where word wrap
-# could break the line anyway); past HARD_BLOCK anywhere.
+# Qt lays out a whole paragraph again whenever text is appended to it, and
+# paints every visible paragraph whole, so one endless paragraph would make
+# every tick slower. Past SOFT_BLOCK characters a paragraph is ended before a
+# token that starts with a space (where word wrap could break the line anyway);
+# past HARD_BLOCK anywhere (text without spaces: CJK, code, random tokens).
 SOFT_BLOCK = 1500
-HARD_BLOCK = 6000
+HARD_BLOCK = 2000
 
 
 class TokenView(QPlainTextEdit):
