@@ -14,8 +14,8 @@ from __future__ import annotations
 import html
 from bisect import bisect_right
 
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QTextCursor, QTextFormat
+from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
+from PySide6.QtGui import QColor, QTextBlockFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
@@ -29,6 +29,9 @@ GHOST_NEWLINE = "↵"
 # past HARD_BLOCK anywhere (text without spaces: CJK, code, random tokens).
 SOFT_BLOCK = 1500
 HARD_BLOCK = 2000
+# Marks a paragraph that only continues the one before it: copying joins them without a line break.
+CONTINUES = QTextFormat.Property.UserProperty + 1
+PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
 
 
 class TokenView(QPlainTextEdit):
@@ -46,6 +49,8 @@ class TokenView(QPlainTextEdit):
         self._session = None
         self._hide_rejected = False
         self._formats = ts.make_formats(ts.is_dark(self.palette()))
+        self._continuation = QTextBlockFormat()
+        self._continuation.setProperty(CONTINUES, True)
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -124,7 +129,27 @@ class TokenView(QPlainTextEdit):
         """End a long paragraph before a token that starts a word (BPE tokens carry the leading space)."""
         length = self._cursor.positionInBlock()
         if length > HARD_BLOCK or (length > SOFT_BLOCK and text[:1] in (" ", "\t")):
-            self._cursor.insertBlock()
+            self._cursor.insertBlock(self._continuation)
+
+    # --- copying ---------------------------------------------------------------
+    def createMimeDataFromSelection(self):
+        """The selected text as generated: line breaks only where the text has them, not where the view split it."""
+        rich = super().createMimeDataFromSelection()  # its plain text is fixed to the document's paragraphs
+        mime = QMimeData()
+        mime.setText(self.selected_text())
+        mime.setHtml(rich.html())
+        return mime
+
+    def selected_text(self) -> str:
+        cursor = self.textCursor()
+        pieces = cursor.selectedText().split(PARAGRAPH_SEPARATOR)
+        block = self.document().findBlock(cursor.selectionStart()).next()
+        joined = [pieces[0]]
+        for piece in pieces[1:]:  # one piece per paragraph the selection reaches, in order
+            joined.append("" if block.blockFormat().boolProperty(CONTINUES) else "\n")
+            joined.append(piece)
+            block = block.next()
+        return "".join(joined)
 
     # --- lookup ----------------------------------------------------------------
     @property

@@ -9,6 +9,7 @@ import pytest
 
 from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication
 
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 from app.session import Session
@@ -176,6 +177,12 @@ def test_token_view_keeps_paragraphs_short_over_20000_tokens(qtbot, monkeypatch,
     for position in range(view._starts[0], view.document().characterCount() - 1, 97):
         index = view.token_at(position)
         assert index is not None and view._starts[index] <= position
+    if words is not None:  # the view split a text with no line breaks: copying must not show the splits
+        assert view.document().blockCount() > 5
+        view.selectAll()
+        view.copy()
+        copied = QApplication.clipboard().text()
+        assert "\n" not in copied and copied.startswith("p") and len(copied) > 20_000
 
 
 def _cursor_at(view, position: int):
