@@ -51,6 +51,7 @@ class TokenView(QPlainTextEdit):
         self._formats = ts.make_formats(ts.is_dark(self.palette()))
         self._continuation = QTextBlockFormat()
         self._continuation.setProperty(CONTINUES, True)
+        self._paragraph = QTextBlockFormat()  # a line break of the text itself
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -97,7 +98,7 @@ class TokenView(QPlainTextEdit):
         follow = bar.value() >= bar.maximum() - 4
         self._cursor.beginEditBlock()
         if not self._prompt_shown and session.start is not None:
-            self._cursor.insertText(session.start.prompt_text, self._formats[ts.PROMPT])
+            self._insert_text(session.start.prompt_text, self._formats[ts.PROMPT])
             self._prompt_shown = True
         for row in range(self._rendered, len(session.passes)):
             self._insert_pass(row, session.passes[row])
@@ -123,7 +124,15 @@ class TokenView(QPlainTextEdit):
         self._limit_block_length(text)
         self._starts.append(self._cursor.position())
         self._refs.append((row, slot))
-        self._cursor.insertText(text, self._formats.get(style, self._formats[ts.TARGET]))
+        self._insert_text(text, self._formats.get(style, self._formats[ts.TARGET]))
+
+    def _insert_text(self, text: str, char_format) -> None:
+        """Insert with the text's own line breaks as plain paragraphs (never inheriting a continuation mark)."""
+        first, *lines = text.split("\n")
+        self._cursor.insertText(first, char_format)
+        for line in lines:
+            self._cursor.insertBlock(self._paragraph, char_format)
+            self._cursor.insertText(line, char_format)
 
     def _limit_block_length(self, text: str) -> None:
         """End a long paragraph before a token that starts a word (BPE tokens carry the leading space)."""
