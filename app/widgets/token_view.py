@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 from bisect import bisect_right
 
-from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
@@ -143,10 +143,11 @@ class TokenView(QPlainTextEdit):
     # --- copying ---------------------------------------------------------------
     def createMimeDataFromSelection(self):
         """The selected text as generated: line breaks only where the text has them, not where the view split it."""
-        rich = super().createMimeDataFromSelection()  # its plain text is fixed to the document's paragraphs
-        mime = QMimeData()
+        # Qt's own object (owned by Qt, like the clipboard that takes it): it fills in its plain text and HTML
+        # lazily on first read, so read once, then replace the plain text.
+        mime = super().createMimeDataFromSelection()
+        mime.text()
         mime.setText(self.selected_text())
-        mime.setHtml(rich.html())
         return mime
 
     def selected_text(self) -> str:
