@@ -188,6 +188,8 @@ class LiveSettings:
 
 @dataclass(frozen=True)
 class ControlRequests:
+    """What a GenerationControl has been asked so far, as plain data that can cross to another process."""
+
     stopped: bool = False
     paused: bool = False
     steps_granted: int = 0
