@@ -13,7 +13,6 @@ wake a paused decoder, wait until `run()` has returned.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -119,14 +118,6 @@ class GenerationThread(QThread):
         return self.wait(timeout_ms)
 
 
-def _call_load(load_models, request: dict, progress):
-    """Pass a progress callback only if the engine's loader accepts one."""
-    kwargs = dict(request)
-    if "progress" in inspect.signature(load_models).parameters:
-        kwargs["progress"] = progress
-    return load_models(**kwargs)
-
-
 class LoadCancelled(Exception):
     """Raised from the progress callback to abandon a load at its next step (the window is closing)."""
 
@@ -181,7 +172,7 @@ class ModelLoadThread(QThread):
         from app.engine.decoder import SpeculativeDecoder
         from app.engine.loading import load_models
 
-        models = _call_load(load_models, self.request, self._report)
+        models = load_models(**self.request, progress=self._report)
         return models, SpeculativeDecoder(models)
 
     def _load_engine_process(self):

@@ -30,7 +30,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.settings import DecodeSettings
-from app.engine.stats import expected_tokens_per_pass
+from app.engine.stats import predicted_speedup_of_passes
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
@@ -178,13 +178,6 @@ def _add_pass_figures(result: MethodResult, passes: list[PassEvent], k: int) -> 
         verify_per_pass = statistics.median(p.timing.verify_ms for p in drafted)
         result.c = (sum(p.timing.draft_ms for p in drafted) / n_drafted) / verify_per_pass
         result.predicted = predicted_speedup_of_passes(result.alpha, result.c, [len(p.drafted) for p in passes])
-
-
-def predicted_speedup_of_passes(alpha: float, c: float, drafted: list[int]) -> float:
-    """E(alpha, K) / (K c + 1), summed over passes whose K varied (short lookups, adaptive K, plain steps)."""
-    tokens = sum(expected_tokens_per_pass(alpha, k) for k in drafted)
-    cost = sum(k * c + 1 for k in drafted)
-    return tokens / cost
 
 
 def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repeats: int = 3,

@@ -27,6 +27,13 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
     return expected_tokens_per_pass(alpha, k) / (k * c + 1.0)
 
 
+def predicted_speedup_of_passes(alpha: float, c: float, drafted: Sequence[int]) -> float:
+    """E(alpha, K) / (K c + 1), summed over passes whose K varied (short lookups, adaptive K, plain steps)."""
+    tokens = sum(expected_tokens_per_pass(alpha, k) for k in drafted)
+    cost = sum(k * c + 1.0 for k in drafted)
+    return tokens / cost
+
+
 def optimal_k(alpha: float, c: float, k_max: int = 64) -> int:
     """The K in 1..k_max with the highest predicted speedup (smallest K on ties)."""
     return max(range(1, k_max + 1), key=lambda k: (predicted_speedup(alpha, k, c), -k))
