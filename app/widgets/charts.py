@@ -50,7 +50,6 @@ class RunCharts(QWidget):
         self._session = None
         self._from_row = 0  # rows before this were cleared from view
         self._drawn_at = 0.0
-        self._stale = False
         self._x_spans: dict[int, tuple[float, float]] = {}  # plot index -> its stepped x range
         self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
         self._turn = 0  # the plot whose turn is next
@@ -131,10 +130,7 @@ class RunCharts(QWidget):
 
     def request_refresh(self) -> None:
         """Redraw the next plot now, or STAGGER_MS after the previous one; not at all while hidden."""
-        if not self._on_screen():
-            self._stale = True
-            return
-        if self._pending.isActive():
+        if not self._on_screen() or self._pending.isActive():
             return
         wait_ms = STAGGER_MS - 1000 * (time.monotonic() - self._drawn_at)
         if wait_ms <= 0:
@@ -147,11 +143,7 @@ class RunCharts(QWidget):
 
     def _draw_next_plot(self) -> None:
         """Bring the next out-of-date plot up to the session; come back for the others."""
-        if self._session is None:
-            return
-        rows = self._session.series.size
-        order = [(self._turn + i) % PLOT_COUNT for i in range(PLOT_COUNT)]
-        behind = [i for i in order if self._drawn_rows[i] != rows]
+        behind = self._plots_behind()
         if not behind:
             return  # nothing arrived since every plot was drawn
         self._drawn_at = time.monotonic()
@@ -159,6 +151,14 @@ class RunCharts(QWidget):
         self._turn = (behind[0] + 1) % PLOT_COUNT
         if len(behind) > 1:
             self._pending.start(STAGGER_MS)
+
+    def _plots_behind(self) -> list[int]:
+        """Plots not showing the session's latest pass, in turn order from the next plot's turn."""
+        if self._session is None:
+            return []
+        rows = self._session.series.size
+        order = [(self._turn + i) % PLOT_COUNT for i in range(PLOT_COUNT)]
+        return [i for i in order if self._drawn_rows[i] != rows]
 
     def reset(self) -> None:
         """A new run: show it from its first pass; the plots are redrawn in turns."""
@@ -222,8 +222,7 @@ class RunCharts(QWidget):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        if self._stale:
-            self._stale = False
+        if self._plots_behind():  # passes arrived while the charts were hidden
             self.refresh()
 
     def _fit_x(self, index: int, x: np.ndarray) -> None:
