@@ -14,9 +14,10 @@ import argparse
 import sys
 
 from app import __version__
+from app.engine.drafters.registry import DRAFTER_NAMES, HEAD_FAMILIES
+from app.engine.settings import NO_DRAFTER
 
-DRAFTER_CHOICES = ("draft-model", "prompt-lookup", "ngram-cache", "layer-skip", "medusa", "mtp", "eagle", "dflash",
-                   "none")
+DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
     group.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
     group.add_argument("--device-map", choices=["auto"], help="spread a large target over devices (accelerate)")
-    group.add_argument("--heads", help="folder of trained heads (medusa, mtp, eagle, dflash) for this target; "
+    group.add_argument("--heads", help=f"folder of trained heads ({', '.join(HEAD_FAMILIES)}) for this target; "
                                        "the demo target's heads load by themselves")
 
 

@@ -20,7 +20,8 @@ import torch
 
 from app.engine.cached_model import CachedModel
 from app.engine.detok import StreamDetokenizer
-from app.engine.drafters import Draft, build_drafter, drafter_config
+from app.engine.drafters.base import Draft
+from app.engine.drafters.registry import build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
 from app.engine.events import (
     ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, RESAMPLED, TARGET,

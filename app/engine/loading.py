@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.cached_model import find_layer_list
+from app.engine.drafters.registry import available_drafters
 from app.engine.errors import (
     IncompatibleTokenizerError, ModelLoadError, OutOfMemoryError, is_out_of_memory, release_memory,
 )
@@ -35,7 +36,7 @@ class LoadedModels:
     draft: torch.nn.Module | None = None
     draft_name: str | None = None
     default_exit_layer: int = 1
-    extras: dict = field(default_factory=dict)  # e.g. trained heads, keyed by drafter name
+    extras: dict = field(default_factory=dict)  # learned heads (heads/format.py HeadSpec), keyed by drafter name
 
     @property
     def num_layers(self) -> int:
@@ -57,11 +58,7 @@ class LoadedModels:
 
     @property
     def available_drafters(self) -> tuple[str, ...]:
-        names = ["draft-model"] if self.draft is not None else []
-        names += ["prompt-lookup", "ngram-cache"]
-        if self.num_layers > 1:
-            names.append("layer-skip")
-        return tuple(names) + tuple(self.extras)
+        return available_drafters(self)
 
     @property
     def eos_ids(self) -> frozenset[int]:

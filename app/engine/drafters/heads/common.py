@@ -90,6 +90,23 @@ class TargetParts:
         return self.lm_head(hidden).float()
 
 
+class HeadDrafter:
+    """What every learned drafter is made of: its name, the trained module, the target's parts, the layers it reads.
+
+    Subclasses implement `propose`; a stateful one (EAGLE) also overrides `reset`, which runs once here.
+    """
+
+    def __init__(self, name: str, module: nn.Module, parts: TargetParts, config: HeadConfig) -> None:
+        self.name = name
+        self.module = module
+        self.parts = parts
+        self.feature_layers = config.feature_layers
+        self.reset()
+
+    def reset(self) -> None:
+        pass  # stateless: everything comes from the target's features
+
+
 def pick(logits: torch.Tensor, sampler: TokenSampler) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens and q from logits (..., V): q is warped exactly like the target's p, so sampling stays lossless."""
     q = sampler.probs(logits)  # (..., V)

@@ -23,11 +23,16 @@ import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadConfig, TargetParts, as_draft, fuse_input, has_features, pick
+from app.engine.drafters.heads.common import (
+    HeadDrafter, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
+)
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
 
-FAMILY = "dflash"
+def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
+    """Feature layers and default hyper-parameters for a drafter on `target`: low, middle, high; 64-wide heads."""
+    layers = fused_layers(target.num_layers)
+    return layers, {"heads": max(1, target.hidden_size // 64), "num_features": len(layers)}
 
 
 class DFlashDrafterModel(nn.Module):
@@ -59,15 +64,10 @@ class DFlashDrafterModel(nn.Module):
         return self.out_norm(rows)
 
 
-class DFlashDrafter:
-    def __init__(self, name: str, module: DFlashDrafterModel, parts: TargetParts, config: HeadConfig) -> None:
-        self.name = name
-        self.module = module
-        self.parts = parts
-        self.feature_layers = config.feature_layers
+class DFlashDrafter(HeadDrafter):
+    """Reads the low, middle and high hidden states; stateless: the context window is recomputed each pass."""
 
-    def reset(self) -> None:
-        pass  # stateless: the context window is recomputed from the target's features
+    module: DFlashDrafterModel
 
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
                 features: list[torch.Tensor] | None = None) -> Draft | None:
@@ -86,3 +86,6 @@ class DFlashDrafter:
             hidden = module(rows, positions, context, context_positions, mask)[1: 1 + k]  # (K', H)
             tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
         return as_draft(tokens, q)
+
+
+MODULE, DRAFTER = DFlashDrafterModel, DFlashDrafter  # the trained module and the drafter that runs it (heads/format.py)

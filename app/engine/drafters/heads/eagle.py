@@ -27,12 +27,15 @@ from torch import nn
 from app.engine.cached_model import common_prefix_length
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
-    HeadConfig, TargetParts, as_draft, fuse_input, has_features, pick,
+    HeadDrafter, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
 from app.engine.sampling import TokenSampler
 
-FAMILY = "eagle"
+def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
+    """Feature layers and default hyper-parameters for a head on `target`: low, middle, high; 64-wide heads."""
+    layers = fused_layers(target.num_layers)
+    return layers, {"heads": max(1, target.hidden_size // 64), "num_features": len(layers)}
 
 
 class EagleHead(nn.Module):
@@ -57,13 +60,10 @@ class EagleHead(nn.Module):
         return self.block(u, positions, visible, window_mask(positions, visible.positions, self.window)), memory
 
 
-class EagleDrafter:
-    def __init__(self, name: str, module: EagleHead, parts: TargetParts, config: HeadConfig) -> None:
-        self.name = name
-        self.module = module
-        self.parts = parts
-        self.feature_layers = config.feature_layers  # low, mid, high
-        self.reset()
+class EagleDrafter(HeadDrafter):
+    """Reads the low, middle and high hidden states; keeps the keys and values of its committed rows."""
+
+    module: EagleHead
 
     def reset(self) -> None:
         self.seen = torch.empty(0, dtype=torch.long)  # tokens x_0 .. x_L whose rows 0 .. L-1 are cached
@@ -105,3 +105,6 @@ class EagleDrafter:
                 out, memory = self.module.step(u, positions, memory)
                 output = out[-1]
         return as_draft(tokens, rows)
+
+
+MODULE, DRAFTER = EagleHead, EagleDrafter  # the trained module and the drafter that runs it (heads/format.py)

@@ -1,7 +1,7 @@
 """On-disk format of learned drafter heads, and loading them onto a target.
 
 A heads folder holds one sub-folder per head (any name; the drafter is named
-by the config's `family`):
+by the config's `family`, one of the learned heads in the drafter registry):
 
     heads/
       medusa/  config.json  model.safetensors
@@ -28,7 +28,9 @@ only makes sense with the very target it was trained for.
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,36 +38,41 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from app.engine.drafters.heads import dflash, eagle, medusa, mtp
-from app.engine.drafters.heads.common import FORMAT_VERSION, HeadConfig, TargetParts, TargetShape, fused_layers
+from app.engine.drafters.heads.common import FORMAT_VERSION, HeadConfig, HeadDrafter, TargetParts, TargetShape
+from app.engine.drafters.registry import HEAD_FAMILIES
 from app.engine.errors import ModelLoadError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
-# family -> (module class, drafter class)
-FAMILIES: dict[str, tuple[type[nn.Module], type]] = {
-    medusa.FAMILY: (medusa.MedusaHeads, medusa.MedusaDrafter),
-    mtp.FAMILY: (mtp.MtpModules, mtp.MtpDrafter),
-    eagle.FAMILY: (eagle.EagleHead, eagle.EagleDrafter),
-    dflash.FAMILY: (dflash.DFlashDrafterModel, dflash.DFlashDrafter),
-}
+@dataclass(frozen=True)
+class HeadFamily:
+    """One family's module (its `MODULE`, `DRAFTER` and `default_layout`), found through the drafter registry."""
+
+    name: str
+    module: type[nn.Module]  # the trained part
+    drafter: type[HeadDrafter]  # runs it in the pass loop
+    default_layout: Callable[[TargetShape], tuple[tuple[int, ...], dict]]  # feature layers, default arch
+
+    @classmethod
+    def of(cls, name: str, module_path: str) -> HeadFamily:
+        family = importlib.import_module(module_path)
+        return cls(name, family.MODULE, family.DRAFTER, family.default_layout)
+
+
+FAMILIES: dict[str, HeadFamily] = {name: HeadFamily.of(name, path) for name, path in HEAD_FAMILIES.items()}
 
 
 def default_config(family: str, target: TargetShape, target_name: str = "", **arch) -> HeadConfig:
     """A head configuration for `target`: the family's default feature layers and sizes, `arch` overriding."""
     if family not in FAMILIES:
         raise ValueError(f"unknown head family {family!r}; known: {', '.join(FAMILIES)}")
-    layers = (target.num_layers,) if family in (medusa.FAMILY, mtp.FAMILY) else fused_layers(target.num_layers)
-    defaults = {} if family == medusa.FAMILY else {"heads": max(1, target.hidden_size // 64)}
-    if family in (eagle.FAMILY, dflash.FAMILY):
-        defaults["num_features"] = len(layers)
+    layers, defaults = FAMILIES[family].default_layout(target)
     return HeadConfig(family, target, layers, {**defaults, **arch}, target_name=target_name)
 
 
 def build_module(config: HeadConfig) -> nn.Module:
-    module_class, _ = FAMILIES[config.family]
-    return module_class(config.target.hidden_size, **config.arch)
+    return FAMILIES[config.family].module(config.target.hidden_size, **config.arch)
 
 
 def save_head(folder: Path, config: HeadConfig, module: nn.Module, dtype: torch.dtype = torch.float16) -> None:
@@ -135,8 +142,7 @@ class HeadSpec:
     folder: Path
 
     def build(self, models, options=None):
-        _, drafter_class = FAMILIES[self.config.family]
-        return drafter_class(self.name, self.module, TargetParts.of(models.target), self.config)
+        return FAMILIES[self.config.family].drafter(self.name, self.module, TargetParts.of(models.target), self.config)
 
 
 def load_head(folder: Path, target: nn.Module, num_layers: int) -> HeadSpec:

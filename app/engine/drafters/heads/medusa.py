@@ -23,10 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadConfig, TargetParts, as_draft, has_features, pick
+from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features, pick
 from app.engine.sampling import TokenSampler
 
-FAMILY = "medusa"
+def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
+    """Feature layers and default hyper-parameters for a head on `target`: the final state; sizes fixed by H."""
+    return (target.num_layers,), {}
 
 
 class MedusaHeads(nn.Module):
@@ -47,15 +49,10 @@ class MedusaHeads(nn.Module):
         return torch.stack([hidden + F.silu(head(hidden)) for head in heads], dim=-2)
 
 
-class MedusaDrafter:
-    def __init__(self, name: str, module: MedusaHeads, parts: TargetParts, config: HeadConfig) -> None:
-        self.name = name
-        self.module = module
-        self.parts = parts
-        self.feature_layers = config.feature_layers  # (num_layers,): the final, normed hidden state
+class MedusaDrafter(HeadDrafter):
+    """Reads the final, normed hidden state (feature layer num_layers); stateless."""
 
-    def reset(self) -> None:
-        pass  # stateless: everything comes from the target's features
+    module: MedusaHeads
 
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
                 features: list[torch.Tensor] | None = None) -> Draft | None:
@@ -65,3 +62,6 @@ class MedusaDrafter:
             hidden = self.module(features[0][-1], min(k, self.module.num_heads))  # (K', H)
             tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
         return as_draft(tokens, q)
+
+
+MODULE, DRAFTER = MedusaHeads, MedusaDrafter  # the trained module and the drafter that runs it (heads/format.py)

@@ -22,11 +22,13 @@ import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadConfig, TargetParts, as_draft, has_features, pick
+from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features, pick
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
 
-FAMILY = "mtp"
+def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
+    """Feature layers and default hyper-parameters for modules on `target`: the final state, 64-wide heads."""
+    return (target.num_layers,), {"heads": max(1, target.hidden_size // 64)}
 
 
 class MtpDepth(nn.Module):
@@ -62,15 +64,10 @@ def rows_needed(steps_left: int, window: int) -> int:
     return steps_left * (window - 1) + 1
 
 
-class MtpDrafter:
-    def __init__(self, name: str, module: MtpModules, parts: TargetParts, config: HeadConfig) -> None:
-        self.name = name
-        self.module = module
-        self.parts = parts
-        self.feature_layers = config.feature_layers  # (num_layers,)
+class MtpDrafter(HeadDrafter):
+    """Reads the final hidden state (feature layer num_layers); stateless (see the module docstring)."""
 
-    def reset(self) -> None:
-        pass  # stateless (see the module docstring)
+    module: MtpModules
 
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler,
                 features: list[torch.Tensor] | None = None) -> Draft | None:
@@ -95,3 +92,6 @@ class MtpDrafter:
             extended = torch.cat([extended, token.view(1)])
             hidden = hidden[-rows_needed(steps - d - 1, window):]  # keep only rows computed exactly
         return as_draft(tokens, rows)
+
+
+MODULE, DRAFTER = MtpModules, MtpDrafter  # the trained module and the drafter that runs it (heads/format.py)

@@ -1,0 +1,136 @@
+"""Every drafter the playground knows, in one table.
+
+An entry says what a drafter is called (the name used by the settings, the
+command line and the events), how the window labels it, how it is built from
+the loaded models and the drafter options, what it is built *from* (its
+configuration fingerprint: a changed value means the decoder must rebuild it)
+and whether the loaded models can run it. Adding a drafter is adding a row.
+
+Learned heads (`head` set) are trained for one target and come from a heads
+folder (`heads/format.py`); they are available when such a head was loaded.
+
+This module imports no torch: the command line and the window's process list
+drafters without loading the engine. Builders import their drafter when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.engine.settings import NO_DRAFTER, DrafterOptions, SettingsError
+
+if TYPE_CHECKING:
+    from app.engine.drafters.base import Drafter
+
+Models = Any  # app.engine.loading.LoadedModels (not imported: it loads torch)
+
+
+def _no_options(models: Models, options: DrafterOptions) -> tuple:
+    return ()
+
+
+def _always(models: Models) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class DrafterEntry:
+    name: str
+    label: str  # shown in the window's drafter list
+    build: Callable[[Models, DrafterOptions], Drafter]
+    fingerprint: Callable[[Models, DrafterOptions], tuple] = _no_options  # what the drafter is built from
+    available: Callable[[Models], bool] = _always  # whether these loaded models can run it
+    head: str | None = None  # learned heads: the module of the family (heads/format.py loads its weights)
+
+
+# ---- builders -----------------------------------------------------------------------------------
+
+
+def _draft_model(models: Models, options: DrafterOptions) -> Drafter:
+    from app.engine.drafters.model_drafter import ModelDrafter
+
+    return ModelDrafter("draft-model", models.draft, models.vocab_size)
+
+
+def _prompt_lookup(models: Models, options: DrafterOptions) -> Drafter:
+    from app.engine.drafters.prompt_lookup import PromptLookupDrafter
+
+    return PromptLookupDrafter(options.lookup_max_ngram, options.lookup_min_ngram)
+
+
+def _prompt_lookup_config(models: Models, options: DrafterOptions) -> tuple:
+    return (options.lookup_max_ngram, options.lookup_min_ngram)
+
+
+def _ngram_cache(models: Models, options: DrafterOptions) -> Drafter:
+    from app.engine.drafters.ngram_cache import NgramCacheDrafter
+
+    return NgramCacheDrafter(options.ngram_min_n, options.ngram_max_n, options.ngram_min_count,
+                             options.ngram_min_share)
+
+
+def _ngram_cache_config(models: Models, options: DrafterOptions) -> tuple:
+    return (options.ngram_min_n, options.ngram_max_n, options.ngram_min_count, options.ngram_min_share)
+
+
+def layer_skip_layers(models: Models, options: DrafterOptions) -> tuple[int, ...]:
+    total = models.num_layers
+    if options.layer_skip_layers is not None:
+        layers = options.layer_skip_layers
+    else:
+        layers = tuple(range(options.layer_skip_exit or models.default_exit_layer))
+    if max(layers) >= total or len(layers) >= total:
+        raise SettingsError(f"layer skip: the target has {total} layers; choose fewer than that (got {list(layers)})")
+    return layers
+
+
+def _layer_skip(models: Models, options: DrafterOptions) -> Drafter:
+    from app.engine.drafters.model_drafter import ModelDrafter
+
+    return ModelDrafter("layer-skip", models.target, models.vocab_size, layers=layer_skip_layers(models, options))
+
+
+def _head(name: str, label: str, module: str) -> DrafterEntry:
+    """A learned head family: built from the head loaded for this target (it owns the trained weights)."""
+    return DrafterEntry(name, label, build=lambda models, options: models.extras[name].build(models, options),
+                        available=lambda models: name in models.extras, head=module)
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+DRAFTERS: tuple[DrafterEntry, ...] = (
+    DrafterEntry("draft-model", "Draft model", _draft_model, available=lambda models: models.draft is not None),
+    DrafterEntry("prompt-lookup", "Prompt lookup", _prompt_lookup, _prompt_lookup_config),
+    DrafterEntry("ngram-cache", "N-gram cache", _ngram_cache, _ngram_cache_config),
+    DrafterEntry("layer-skip", "Layer skip (self-speculative)", _layer_skip, layer_skip_layers,
+                 available=lambda models: models.num_layers > 1),
+    _head("medusa", "Medusa heads", "app.engine.drafters.heads.medusa"),
+    _head("mtp", "MTP modules", "app.engine.drafters.heads.mtp"),
+    _head("eagle", "EAGLE head", "app.engine.drafters.heads.eagle"),
+    _head("dflash", "DFlash block drafter", "app.engine.drafters.heads.dflash"),
+)
+BY_NAME: dict[str, DrafterEntry] = {entry.name: entry for entry in DRAFTERS}
+DRAFTER_NAMES: tuple[str, ...] = tuple(BY_NAME)
+DRAFTER_LABELS: dict[str, str] = {entry.name: entry.label for entry in DRAFTERS}
+HEAD_FAMILIES: dict[str, str] = {entry.name: entry.head for entry in DRAFTERS if entry.head}  # name -> module
+
+
+def available_drafters(models: Models) -> tuple[str, ...]:
+    """The drafters these models can run: built-in ones in table order, then the heads in the order loaded."""
+    builtin = tuple(entry.name for entry in DRAFTERS if entry.head is None and entry.available(models))
+    return builtin + tuple(name for name in models.extras if name in HEAD_FAMILIES)
+
+
+def drafter_config(name: str, models: Models, options: DrafterOptions) -> tuple:
+    """What a drafter is built from; a changed value means the drafter must be rebuilt."""
+    entry = BY_NAME.get(name)
+    return () if entry is None else entry.fingerprint(models, options)
+
+
+def build_drafter(name: str, models: Models, options: DrafterOptions) -> Drafter:
+    available = available_drafters(models)
+    if name not in available:
+        raise SettingsError(f"unknown or unavailable drafter {name!r}; available: {', '.join(available)}, {NO_DRAFTER}")
+    return BY_NAME[name].build(models, options)
