@@ -3,8 +3,10 @@
 Notation (ALGORITHMS.md): the committed sequence `ids` has N tokens (prompt and
 generated); the target's cache holds all of them but the last. A pass drafts
 K' <= K tokens `x`, feeds `[ids[-1], x_0 .. x_{K'-1}]` to the target, gets
-logits (K'+1, V), accepts a prefix of length `a` by the verification rule,
-appends one target token, and crops the target cache back to N + a.
+logits (K'+1, V), accepts a prefix of length `a` by the verification rule
+(`verify.py`), keeps `a' <= a` of it (EOS, token limit), appends one target
+token, and crops the target cache back to N + a'. `pass_events.py` turns the
+block into the pass's event.
 
 Settings are read once per pass from a `LiveSettings` holder, and the stop,
 pause and step requests of a `GenerationControl` are honoured between passes.
@@ -20,21 +22,20 @@ import torch
 
 from app.engine.cached_model import CachedModel
 from app.engine.detok import StreamDetokenizer
-from app.engine.drafters.base import Draft
+from app.engine.drafters.base import Draft, Drafter
 from app.engine.drafters.registry import build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
-from app.engine.events import (
-    ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, RESAMPLED, TARGET,
-    AppendedToken, DraftedToken, EndEvent, Event, Ledger, NoticeEvent, PassDetail, PassEvent,
-    ResidualEntry, StartEvent, Timing, TokenProb,
+from app.engine.events import EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
+from app.engine.loading import LoadedModels
+from app.engine.pass_events import (
+    AsdBlockStart, Commit, PassClock, VerifiedBlock, appended_token, drafted_tokens, pass_detail, token_texts,
 )
-from app.engine.loading import LoadedModels, synchronize
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from app.engine.stats import GenerationStats
-from app.engine.verify import AsdVerdict, asd_charge, verify_asd, verify_greedy, verify_sampling
+from app.engine.verify import Verdict, asd_charge, verify_asd, verify_greedy, verify_sampling
 
-INSPECT_TOP = 8  # entries of p, q and the residual kept per row for the pass inspector
+NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is one plain decoding step
 
 
 @dataclass
@@ -59,51 +60,6 @@ class _Request:
         return self.ids.numel() - self.n_prompt
 
 
-@dataclass(frozen=True)
-class _Verdict:
-    """What the decoder needs from any verification rule."""
-
-    n_accepted: int
-    next_token: int
-    target_ids: list[int]  # (K'+1,) argmax per row
-    mismatch: list[bool] | None = None  # ASD only
-    regret: list[float] | None = None
-    accept_prob: list[float] | None = None  # sampling only
-    u: list[float] | None = None
-    residual: torch.Tensor | None = None
-    asd: AsdVerdict | None = None  # kept whole: the ledger is charged only after clipping
-
-
-def _top(probs: torch.Tensor) -> tuple[tuple[TokenProb, ...], ...]:
-    """(R, V) -> R rows of the INSPECT_TOP most probable tokens."""
-    values, indices = probs.topk(min(INSPECT_TOP, probs.shape[-1]), dim=-1)
-    return tuple(tuple(TokenProb(i, v) for i, v in zip(row_i, row_v))
-                 for row_i, row_v in zip(indices.tolist(), values.tolist()))
-
-
-def _residual_detail(p_row: torch.Tensor, q_row: torch.Tensor | None, x: int,
-                     residual: torch.Tensor) -> tuple[tuple[ResidualEntry, ...], float, float]:
-    """The rejected row for the inspector: p, q, r on the union of the top tokens of each.
-
-    Returns the entries (largest r first), the residual mass outside them and
-    sum_v max(0, p_v - q_v) before normalising. (V,) rows; one-hot q when q_row is None.
-    """
-    p_row, residual = p_row.double().cpu(), residual.double().cpu()  # (V,)
-    if q_row is None:
-        q_row = torch.zeros_like(p_row)
-        q_row[x] = 1.0
-    q_row = q_row.double().cpu()  # (V,)
-    k = min(INSPECT_TOP, p_row.numel())
-    ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
-    entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
-               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist())
-               if p or q or r]  # a warped (sparse) row pads its top with zeros: nothing to show there
-    entries.sort(key=lambda e: (-e.r, -e.p, e.id))
-    other = max(0.0, float(residual.sum() - residual[ids].sum()))
-    norm = float((p_row - q_row).clamp(min=0.0).sum())
-    return tuple(entries), other, norm
-
-
 def _require_encodable(prompt: str) -> None:
     """Refuse text the tokenizer cannot take: lone surrogates (e.g. undecodable bytes in a command line)."""
     try:
@@ -121,7 +77,7 @@ class SpeculativeDecoder:
     def __init__(self, models: LoadedModels) -> None:
         self.models = models
         self.target = CachedModel(models.target)
-        self._drafters: dict[str, tuple[tuple, object]] = {}
+        self._drafters: dict[str, tuple[tuple, Drafter]] = {}  # name -> (configuration, drafter)
         self._eos = models.eos_ids
         self._context_length = models.context_length
 
@@ -204,36 +160,26 @@ class SpeculativeDecoder:
 
     # ---- one pass ---------------------------------------------------------------------------
 
-    def _pass(self, req: _Request, settings: DecodeSettings) -> tuple[PassEvent | None, str | None]:
-        """Run one pass; returns its event and the end reason if the generation is over."""
+    def _pass(self, req: _Request, settings: DecodeSettings) -> tuple[PassEvent | None, EndReason | None]:
+        """Draft K', verify in one target forward, commit a'+1 tokens; the event and the end reason if it ended."""
         room = self._context_length - 1 - req.ids.numel()  # positions left for new tokens after this one
         if room < 0:
             return None, "context_full"
-        device = self.models.device
-        t0 = time.perf_counter()
+        clock = PassClock(self.models.device)
         k = self._draft_length(req, settings, room)
-        if k:
-            self._keep_target_features(req, settings)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
-        draft, drafter_name = self._draft(req, settings, k, sampler) if k else (None, None)
-        drafts = draft.tokens if draft is not None else torch.empty(0, dtype=torch.long)  # (K',)
-        synchronize(device)
-        t1 = time.perf_counter()
-        logits = self.target.advance_to(torch.cat([req.ids, drafts]))[-(drafts.numel() + 1):]  # (K'+1, V)
-        synchronize(device)
-        t2 = time.perf_counter()
+        draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
+        clock.mark_drafted()
+        logits = self.target.advance_to(torch.cat([req.ids, draft.tokens]))[-(len(draft) + 1):]  # (K'+1, V)
+        clock.mark_verified()
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
-        verdict = self._verify(settings, drafts.to(device), draft, logits, p, req)
-        a_kept, next_token, reason = self._clip(req, drafts, verdict, settings)
-        self.target.crop(req.ids.numel() + a_kept)
-        asd_remaining = settings.asd.budget - req.spent if settings.verify == "asd" else None
-        if settings.verify == "asd":
-            req.spent += asd_charge(verdict.asd, a_kept)
-            req.exceptions += sum(verdict.mismatch[:a_kept])
-        event = self._pass_event(req, settings, drafter_name, k, drafts, draft, verdict, p, a_kept, next_token,
-                                 asd_remaining, (t0, t1, t2))
+        block = VerifiedBlock(draft.tokens, draft.q, p, self._verify(req, settings, draft, logits, p))
+        commit, reason = self._clip(req, settings, block)
+        self.target.crop(req.ids.numel() + commit.kept)
+        asd = self._charge_ledger(req, settings, block.verdict, commit.kept)
+        event = self._pass_event(req, settings, block, commit, asd, clock, drafter_name, k)
         req.ids = torch.cat([req.ids, torch.tensor(event.committed_ids, dtype=torch.long)])
-        self._adapt_k(req, settings, drafts.numel(), verdict.n_accepted)
+        self._adapt_k(req, settings, len(draft), block.verdict.n_accepted)
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
         return event, reason
@@ -254,7 +200,7 @@ class SpeculativeDecoder:
         else:
             req.k = max(req.k - 1, settings.k_min)
 
-    def _drafter(self, name: str, settings: DecodeSettings):
+    def _drafter(self, name: str, settings: DecodeSettings) -> Drafter:
         config = drafter_config(name, self.models, settings.options)
         cached = self._drafters.get(name)
         if cached is None or cached[0] != config:
@@ -275,15 +221,17 @@ class SpeculativeDecoder:
             self.target.keep_features(needed)
             self._prefill(req)
 
-    def _features_for(self, drafter) -> list[torch.Tensor] | None:
+    def _features_for(self, drafter: Drafter) -> list[torch.Tensor] | None:
         if not drafter.feature_layers:
             return None
         kept = self.target.feature_layers
         return [self.target.features[kept.index(layer)] for layer in drafter.feature_layers]
 
-    def _draft(self, req: _Request, settings: DecodeSettings, k: int,
-               sampler: TokenSampler) -> tuple[Draft | None, str | None]:
-        """The first drafter of the chain that proposes something; failing drafters are skipped."""
+    def _draft(self, req: _Request, settings: DecodeSettings, k: int, sampler: TokenSampler) -> tuple[Draft, str | None]:
+        """The first drafter of the chain that proposes something (none: an empty draft); failing ones are skipped."""
+        if k == 0:
+            return NO_DRAFT, None
+        self._keep_target_features(req, settings)
         for name in settings.drafters:
             if name in req.failed_drafters:
                 continue
@@ -295,7 +243,7 @@ class SpeculativeDecoder:
                 continue
             if draft is not None and len(draft):
                 return Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k]), name
-        return None, None
+        return NO_DRAFT, None
 
     def _drop_drafter(self, req: _Request, name: str, exc: Exception) -> None:
         req.failed_drafters.add(name)
@@ -310,95 +258,54 @@ class SpeculativeDecoder:
         req.notices.append(NoticeEvent("warning", f"drafter {name} failed and is skipped for this generation "
                                                   f"({detail})"))
 
-    def _verify(self, settings: DecodeSettings, drafts: torch.Tensor, draft: Draft | None, logits: torch.Tensor,
-                p: torch.Tensor, req: _Request) -> _Verdict:
+    def _verify(self, req: _Request, settings: DecodeSettings, draft: Draft, logits: torch.Tensor,
+                p: torch.Tensor) -> Verdict:
+        x = draft.tokens.to(self.models.device)  # (K',)
         if settings.verify == "sample":
-            u = torch.rand(drafts.numel(), generator=req.generator, device=logits.device)  # (K',)
-            q = None if draft is None else draft.q
-            v = verify_sampling(drafts, p, q, u, req.generator)
-            return _Verdict(v.n_accepted, v.next_token, p.argmax(dim=-1).tolist(),
-                            accept_prob=v.accept_prob.tolist(), u=u.tolist(), residual=v.residual)
+            u = torch.rand(x.numel(), generator=req.generator, device=logits.device)  # (K',)
+            return verify_sampling(x, p, draft.q, u, req.generator)
         if settings.verify == "asd":
             asd = settings.asd
-            v = verify_asd(drafts, logits, asd.budget - req.spent, asd.gate, asd.cap)
-            return _Verdict(v.n_accepted, v.next_token, v.target_ids.tolist(), mismatch=v.mismatch.tolist(),
-                            regret=v.regret.tolist(), asd=v)
-        v = verify_greedy(drafts, logits)
-        return _Verdict(v.n_accepted, v.next_token, v.target_ids.tolist())
+            return verify_asd(x, logits, asd.budget - req.spent, asd.gate, asd.cap)
+        return verify_greedy(x, logits)
 
-    def _clip(self, req: _Request, drafts: torch.Tensor, verdict: _Verdict,
-              settings: DecodeSettings) -> tuple[int, int | None, str | None]:
-        """Accepted drafts kept, the appended token (None if the block ended the generation), end reason."""
-        eos = self._eos
-        accepted = drafts[: verdict.n_accepted].tolist()
+    def _clip(self, req: _Request, settings: DecodeSettings, block: VerifiedBlock) -> tuple[Commit, EndReason | None]:
+        """Keep the accepted drafts up to EOS and the token limit; append the target's token unless that ended it."""
+        accepted = block.draft_ids[: block.verdict.n_accepted]
         for i, token in enumerate(accepted):
-            if token in eos:
-                return i + 1, None, "eos"
+            if token in self._eos:
+                return Commit(i + 1, None), "eos"
         room = settings.max_new_tokens - req.generated
         if len(accepted) >= room:
-            return room, None, "max_tokens"
-        return len(accepted), verdict.next_token, ("eos" if verdict.next_token in eos else None)
+            return Commit(room, None), "max_tokens"
+        next_token = block.verdict.next_token
+        return Commit(len(accepted), next_token), ("eos" if next_token in self._eos else None)
+
+    def _charge_ledger(self, req: _Request, settings: DecodeSettings, verdict: Verdict,
+                       kept: int) -> AsdBlockStart | None:
+        """ASD: s += regret of the kept exceptions; returns the ledger as it stood at block start."""
+        if settings.verify != "asd":
+            return None
+        start = AsdBlockStart(remaining=settings.asd.budget - req.spent, settings=settings.asd)
+        req.spent += asd_charge(verdict, kept)
+        req.exceptions += int(verdict.mismatch[:kept].sum())
+        return start
 
     # ---- events -----------------------------------------------------------------------------
 
-    def _pass_event(self, req, settings, drafter_name, k, drafts, draft, verdict, p, a_kept, next_token,
-                    asd_remaining, times) -> PassEvent:
-        t0, t1, t2 = times
-        draft_ids = drafts.tolist()
-        committed = draft_ids[:a_kept] + ([next_token] if next_token is not None else [])
-        # Rejected drafts need their own decode; committed tokens are decoded once, as the stream advances.
-        texts = req.detok.peek(draft_ids) if a_kept < len(draft_ids) else []
-        committed_texts = req.detok.commit(committed)
-        texts = committed_texts[:a_kept] + texts[a_kept:]
-        rows = torch.arange(len(draft_ids), device=p.device)
-        p_x = p[rows, drafts.to(p.device)].tolist() if draft_ids else []
-        q_x = draft.q[rows.to(draft.q.device), drafts.to(draft.q.device)].tolist() \
-            if draft is not None and draft.q is not None else [None] * len(draft_ids)
-        drafted = tuple(
-            DraftedToken(
-                id=x, text=texts[i], q=q_x[i], p=p_x[i], target_id=verdict.target_ids[i],
-                regret=None if verdict.regret is None else verdict.regret[i],
-                outcome=self._outcome(i, a_kept, verdict),
-                accept_prob=None if verdict.accept_prob is None else verdict.accept_prob[i],
-                u=None if verdict.u is None else verdict.u[i],
-            )
-            for i, x in enumerate(draft_ids)
-        )
-        appended = None
-        if next_token is not None:
-            text = committed_texts[-1]
-            kind = TARGET if not draft_ids else (BONUS if verdict.n_accepted == len(draft_ids) else RESAMPLED)
-            appended = AppendedToken(next_token, text, kind, float(p[verdict.n_accepted, next_token]))
-        residual, residual_other, residual_norm = (), 0.0, None
-        if verdict.residual is not None:
-            n = verdict.n_accepted
-            q_row = None if draft.q is None else draft.q[n]
-            residual, residual_other, residual_norm = _residual_detail(p[n], q_row, draft_ids[n], verdict.residual)
-        asd = settings.asd if settings.verify == "asd" else None
-        detail = PassDetail(
-            p_top=_top(p),
-            q_top=_top(draft.q) if draft is not None and draft.q is not None else (),
-            asd_remaining=asd_remaining,
-            residual=residual, residual_other=residual_other, residual_norm=residual_norm,
-            asd_gate=None if asd is None else asd.gate, asd_cap=None if asd is None else asd.cap,
-        )
-        synchronize(self.models.device)
-        t3 = time.perf_counter()
-        timing = Timing(draft_ms=1e3 * (t1 - t0), verify_ms=1e3 * (t2 - t1), total_ms=1e3 * (t3 - t0))
-        req.stats.add_pass(drafter_name, drafted, len(committed), timing)
+    def _pass_event(self, req: _Request, settings: DecodeSettings, block: VerifiedBlock, commit: Commit,
+                    asd: AsdBlockStart | None, clock: PassClock, drafter_name: str | None, k: int) -> PassEvent:
+        texts, appended_text = token_texts(req.detok, block, commit)
+        drafted = drafted_tokens(block, commit, texts)
+        appended = appended_token(block, commit, appended_text)
+        detail = pass_detail(block, asd)
+        timing = clock.timing()  # the whole pass, event building included
+        req.stats.add_pass(drafter_name, drafted, len(commit.ids(block)), timing)
         req.passes += 1
-        return PassEvent(
-            index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
-            appended=appended,
-            ledger=Ledger(req.spent, settings.asd.budget if settings.verify == "asd" else 0.0, req.exceptions),
-            timing=timing, position=req.generated, stats=req.stats.snapshot(), detail=detail,
-        )
-
-    @staticmethod
-    def _outcome(i: int, a_kept: int, verdict: _Verdict) -> str:
-        if i < a_kept:
-            return ASD_EXCEPTION if verdict.mismatch is not None and verdict.mismatch[i] else ACCEPTED
-        return CLIPPED if i < verdict.n_accepted else REJECTED
+        ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)
+        return PassEvent(index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
+                         appended=appended, ledger=ledger, timing=timing, position=req.generated,
+                         stats=req.stats.snapshot(), detail=detail)
 
     def _start_event(self, prompt: str, req: _Request, settings: DecodeSettings) -> StartEvent:
         m = self.models
@@ -406,7 +313,7 @@ class SpeculativeDecoder:
                           dtype=str(m.dtype).removeprefix("torch."), settings=settings.to_dict(),
                           prompt_ids=tuple(req.ids.tolist()), prompt_text=prompt)
 
-    def _end_event(self, req: _Request, reason: str, error: Exception | None, elapsed_s: float) -> EndEvent:
+    def _end_event(self, req: _Request, reason: EndReason, error: Exception | None, elapsed_s: float) -> EndEvent:
         generated = req.ids[req.n_prompt:].tolist()
         text = self.models.tokenizer.decode(generated, skip_special_tokens=True)
         return EndEvent(reason=reason, token_ids=tuple(generated), text=text, passes=req.passes,

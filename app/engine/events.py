@@ -15,21 +15,25 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
+from typing import Literal
+
+from app.engine.settings import VerifyRule
 
 # Outcome of one drafted token.
-ACCEPTED = "accepted"
-REJECTED = "rejected"  # drafted, then discarded by the verifier
-ASD_EXCEPTION = "asd_exception"  # a mismatch accepted by ASD within its budget
-CLIPPED = "clipped"  # accepted by the verifier but past EOS or max new tokens
-OUTCOMES = (ACCEPTED, REJECTED, ASD_EXCEPTION, CLIPPED)
+Outcome = Literal["accepted", "rejected", "asd_exception", "clipped"]
+ACCEPTED: Outcome = "accepted"
+REJECTED: Outcome = "rejected"  # drafted, then discarded by the verifier
+ASD_EXCEPTION: Outcome = "asd_exception"  # a mismatch accepted by ASD within its budget
+CLIPPED: Outcome = "clipped"  # accepted by the verifier but past EOS or max new tokens
 
 # Kind of the one target token a pass appends.
-RESAMPLED = "resampled"  # correction (greedy argmax) or residual sample at the first rejection
-BONUS = "bonus"  # every draft accepted: sampled from the row after the block
-TARGET = "target"  # nothing was drafted: plain autoregressive step
-APPENDED_KINDS = (RESAMPLED, BONUS, TARGET)
+AppendedKind = Literal["resampled", "bonus", "target"]
+RESAMPLED: AppendedKind = "resampled"  # correction (greedy argmax) or residual sample at the first rejection
+BONUS: AppendedKind = "bonus"  # every draft accepted: sampled from the row after the block
+TARGET: AppendedKind = "target"  # nothing was drafted: plain autoregressive step
 
-END_REASONS = ("eos", "max_tokens", "context_full", "stopped", "error")
+EndReason = Literal["eos", "max_tokens", "context_full", "stopped", "error"]
+NoticeLevel = Literal["warning", "info"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class DraftedToken:
     p: float  # target probability after warping (greedy: softmax of raw logits)
     target_id: int  # the target's argmax at this position
     regret: float | None  # ASD regret top - z[x]; None outside ASD
-    outcome: str
+    outcome: Outcome
     accept_prob: float | None = None  # min(1, p/q) under sampling
     u: float | None = None  # the uniform draw compared with accept_prob
 
@@ -55,7 +59,7 @@ class DraftedToken:
 class AppendedToken:
     id: int
     text: str
-    kind: str
+    kind: AppendedKind
     p: float
 
 
@@ -126,7 +130,7 @@ class PassEvent:
     index: int
     drafter: str | None  # name of the drafter that proposed, None if nothing was drafted
     k: int  # K requested for this pass
-    verify: str
+    verify: VerifyRule
     drafted: tuple[DraftedToken, ...]
     appended: AppendedToken | None  # None when the pass ended the generation inside the block
     ledger: Ledger
@@ -148,14 +152,14 @@ class PassEvent:
 
 @dataclass(frozen=True)
 class NoticeEvent:
-    level: str  # "warning" | "info"
+    level: NoticeLevel
     message: str
     type: str = "notice"
 
 
 @dataclass(frozen=True)
 class EndEvent:
-    reason: str
+    reason: EndReason
     token_ids: tuple[int, ...]
     text: str
     passes: int

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field, fields, replace
+from typing import Literal, get_args
 
-VERIFY_RULES = ("greedy", "sample", "asd")
+VerifyRule = Literal["greedy", "sample", "asd"]
+VERIFY_RULES: tuple[VerifyRule, ...] = get_args(VerifyRule)
 NO_DRAFTER = "none"
 MAX_K = 64
 
@@ -105,7 +107,7 @@ class DecodeSettings:
     adaptive_k: bool = False
     k_min: int = 1
     k_max: int = 16
-    verify: str = "greedy"
+    verify: VerifyRule = "greedy"
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     asd: AsdSettings = field(default_factory=AsdSettings)
     options: DrafterOptions = field(default_factory=DrafterOptions)

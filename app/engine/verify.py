@@ -5,10 +5,11 @@ fed `[last committed, x_0 .. x_{K-1}]` in one pass, returned logits `z` of
 shape (K+1, V): row `i < K` scores draft `x_i`, row `K` the token after the
 block (the bonus). `p` are the target's (warped) probabilities, `q` the
 drafter's, (K, V); `q = None` means a deterministic drafter (one-hot `q`).
-Every rule returns `a = n_accepted` in 0..K and the one target token appended
+Every rule returns one `Verdict`: `a = n_accepted` in 0..K, the one target token appended
 after the accepted prefix: the correction at row `a` if `a < K`, the bonus at
 row `K` if `a == K`. `K = 0` is plain decoding: `a = 0` and the target's own
-choice at row 0.
+choice at row 0. The verdict also carries the per-position numbers the rule decided
+with (for the pass inspector); the fields of the other rules are None.
 
 - greedy:  accept while `x_i == argmax z_i`; append `argmax z_a`.
 - sample:  accept `x_i` iff `u_i <= min(1, p_i(x_i) / q_i(x_i))`; at the first
@@ -30,27 +31,24 @@ from torch import Tensor
 
 
 @dataclass(frozen=True, eq=False)
-class GreedyVerdict:
-    n_accepted: int
-    next_token: int
-    target_ids: Tensor  # (K+1,) long: argmax z_i per row
+class Verdict:
+    """What every rule decides for one block, and the per-position numbers it decided with.
 
+    Rule-specific fields are None under the other rules.
+    """
 
-@dataclass(frozen=True, eq=False)
-class SamplingVerdict:
-    n_accepted: int
-    next_token: int
-    accept_prob: Tensor  # (K,) float32: min(1, p_i(x_i) / q_i(x_i)), p_i(x_i) for one-hot q
-    residual: Tensor | None  # (V,) norm(max(0, p_n - q_n)) at the first rejection n; None if all accepted
+    n_accepted: int  # a in 0..K
+    next_token: int  # correction at row a (a < K) or bonus at row K (a == K)
+    target_ids: Tensor  # (K+1,) long: argmax z_i (greedy, ASD) or argmax p_i (sample) per row
+    accept_prob: Tensor | None = None  # sample: (K,) float32 min(1, p_i(x_i) / q_i(x_i)), p_i(x_i) for one-hot q
+    u: Tensor | None = None  # sample: (K,) the uniform draws compared with accept_prob
+    residual: Tensor | None = None  # sample: (V,) norm(max(0, p_n - q_n)) at the first rejection n; None if all kept
+    regret: Tensor | None = None  # ASD: (K,) float64 r_i = max(0, z_i[y_i] - z_i[x_i])
+    mismatch: Tensor | None = None  # ASD: (K,) bool x_i != y_i
 
-
-@dataclass(frozen=True, eq=False)
-class AsdVerdict:
-    n_accepted: int
-    next_token: int
-    target_ids: Tensor  # (K+1,) long: y_i = argmax z_i per row
-    regret: Tensor  # (K,) float64: r_i = max(0, z_i[y_i] - z_i[x_i])
-    mismatch: Tensor  # (K,) bool: x_i != y_i
+    def is_exception(self, i: int) -> bool:
+        """Whether draft i is a mismatch with the target's argmax that the rule accepted (ASD only)."""
+        return self.mismatch is not None and i < self.n_accepted and bool(self.mismatch[i])
 
 
 # ---------------------------------------------------------------- helpers
@@ -77,12 +75,12 @@ def _at(rows: Tensor, ids: Tensor) -> Tensor:
 # ---------------------------------------------------------------- greedy
 
 
-def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> GreedyVerdict:
+def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> Verdict:
     """Strict greedy verification (section 2): output identical to greedy decoding."""
     k = _check_block(draft_ids, target_logits, 1, "target_logits")
     y = target_logits.argmax(dim=-1)  # (K+1,)
     a = _prefix_length(draft_ids.long() == y[:k])
-    return GreedyVerdict(n_accepted=a, next_token=int(y[a]), target_ids=y)
+    return Verdict(n_accepted=a, next_token=int(y[a]), target_ids=y)
 
 
 # ---------------------------------------------------------------- sampling
@@ -119,7 +117,7 @@ def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int) -> Tensor:
 
 
 def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
-                    generator: torch.Generator) -> SamplingVerdict:
+                    generator: torch.Generator) -> Verdict:
     """Lossless speculative sampling (section 3); `p`, `q` warped identically.
 
     draft_ids (K,), p (K+1, V), q (K, V) or None for a deterministic drafter,
@@ -139,13 +137,14 @@ def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
         residual = residual_probs(p[a], None if q is None else q[a], int(draft_ids[a]))
         dist = residual
     next_token = int(torch.multinomial(dist, 1, generator=generator))
-    return SamplingVerdict(n_accepted=a, next_token=next_token, accept_prob=accept_prob, residual=residual)
+    return Verdict(n_accepted=a, next_token=next_token, target_ids=p.argmax(dim=-1), accept_prob=accept_prob, u=u,
+                   residual=residual)
 
 
 # ---------------------------------------------------------------- ASD
 
 
-def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> AsdVerdict:
+def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> Verdict:
     """Approximate Speculative Decoding (section 4), O(K) vectorised.
 
     With y_i = argmax z_i, r_i = max(0, z_i[y_i] - z_i[x_i]) (float64),
@@ -178,10 +177,10 @@ def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate:
     affordable = (spent_before < remaining) & (spent <= remaining)
     ok = ~mismatch | (gated & capped & affordable)  # (K,)
     a = _prefix_length(ok)
-    return AsdVerdict(n_accepted=a, next_token=int(y[a]), target_ids=y, regret=regret, mismatch=mismatch)
+    return Verdict(n_accepted=a, next_token=int(y[a]), target_ids=y, regret=regret, mismatch=mismatch)
 
 
-def asd_charge(verdict: AsdVerdict, n_committed: int) -> float:
+def asd_charge(verdict: Verdict, n_committed: int) -> float:
     """Regret to add to the ledger: C_{n-1} = sum_{i < n} mis_i r_i for the clipped count n.
 
     Uses the same cumulative sum as `verify_asd`, so the charge of the
