@@ -300,7 +300,7 @@ class SpeculativeDecoder:
         appended = appended_token(block, commit, appended_text)
         detail = pass_detail(block, asd)
         timing = clock.timing()  # the whole pass, event building included
-        req.stats.add_pass(drafter_name, drafted, len(commit.ids(block)), timing)
+        req.stats.add_pass(drafted, len(commit.ids(block)), timing)
         req.passes += 1
         ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)
         return PassEvent(index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,

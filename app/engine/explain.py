@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.engine.events import (
-    ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, TARGET, DraftedToken, PassEvent,
+    ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, TARGET, DraftedToken, PassDetail, PassEvent,
 )
 
 TokenText = Callable[[int], str]
@@ -137,9 +137,10 @@ class PassInspection:
 
 def inspect_pass(event: PassEvent) -> PassInspection:
     first = next((i for i, t in enumerate(event.drafted) if t.outcome == REJECTED), None)
-    checks = _asd_checks(event) if event.verify == "asd" else [None] * len(event.drafted)
+    asd = _asd_detail(event)
+    checks = _asd_checks(event, asd) if asd is not None else [None] * len(event.drafted)
     positions = tuple(_position(event, i, token, first, checks[i]) for i, token in enumerate(event.drafted))
-    return PassInspection(event, positions, first, _ledger(event) if event.verify == "asd" else None)
+    return PassInspection(event, positions, first, _ledger(event, asd) if asd is not None else None)
 
 
 def _position(event: PassEvent, i: int, token: DraftedToken, first: int | None, asd: AsdCheck | None) -> PositionView:
@@ -158,19 +159,16 @@ def _verdict(token: DraftedToken, i: int, first: int | None) -> str:
     return REJECTED_HERE if i == first else DISCARDED
 
 
-def _remaining(event: PassEvent) -> float:
+def _asd_detail(event: PassEvent) -> PassDetail | None:
+    """The detail of an ASD pass (the ledger at block start, g and M); None for other rules."""
     detail = event.detail
-    if detail is not None and detail.asd_remaining is not None:
-        return detail.asd_remaining
-    charged = sum(t.regret or 0.0 for t in event.drafted if t.outcome == ASD_EXCEPTION)
-    return event.ledger.budget - (event.ledger.spent - charged)  # rebuilt when an old event lacks it
+    if event.verify != "asd" or detail is None or detail.asd_remaining is None:
+        return None
+    return detail
 
 
-def _asd_checks(event: PassEvent) -> list[AsdCheck]:
-    detail = event.detail
-    gate = detail.asd_gate if detail is not None and detail.asd_gate is not None else float("nan")
-    cap = detail.asd_cap if detail is not None and detail.asd_cap is not None else len(event.drafted)
-    remaining = _remaining(event)
+def _asd_checks(event: PassEvent, detail: PassDetail) -> list[AsdCheck]:
+    gate, cap, remaining = detail.asd_gate, detail.asd_cap, detail.asd_remaining
     k = len(event.drafted)
     checks, cost, mismatches = [], 0.0, 0
     for i, token in enumerate(event.drafted):
@@ -184,10 +182,10 @@ def _asd_checks(event: PassEvent) -> list[AsdCheck]:
     return checks
 
 
-def _ledger(event: PassEvent) -> LedgerView:
+def _ledger(event: PassEvent, detail: PassDetail) -> LedgerView:
     new_exceptions = sum(t.outcome == ASD_EXCEPTION for t in event.drafted)
     budget = event.ledger.budget
-    return LedgerView(before=budget - _remaining(event), after=event.ledger.spent, budget=budget,
+    return LedgerView(before=budget - detail.asd_remaining, after=event.ledger.spent, budget=budget,
                       exceptions_before=event.ledger.exceptions - new_exceptions,
                       exceptions_after=event.ledger.exceptions)
 

@@ -59,15 +59,14 @@ class GenerationStats:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     overall: _Counts = field(default_factory=_Counts)
-    per_drafter: dict[str, _Counts] = field(default_factory=lambda: defaultdict(_Counts))
     per_position: dict[int, _Counts] = field(default_factory=lambda: defaultdict(_Counts))
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
 
     def add(self, event: PassEvent) -> None:
-        self.add_pass(event.drafter, event.drafted, len(event.committed_ids), event.timing)
+        self.add_pass(event.drafted, len(event.committed_ids), event.timing)
 
-    def add_pass(self, drafter: str | None, drafted: Sequence[DraftedToken], committed: int, timing: Timing) -> None:
+    def add_pass(self, drafted: Sequence[DraftedToken], committed: int, timing: Timing) -> None:
         """Count one pass (the decoder calls this before its event exists, to put the totals in it)."""
         self.passes += 1
         self.tokens += committed
@@ -80,7 +79,7 @@ class GenerationStats:
             self._drafting_verify_ms += timing.verify_ms
         for position, token in enumerate(judged):
             accepted = token.outcome in (ACCEPTED, ASD_EXCEPTION)
-            for counts in (self.overall, self.per_drafter[drafter], self.per_position[position]):
+            for counts in (self.overall, self.per_position[position]):
                 counts.drafted += 1
                 counts.accepted += accepted
 
@@ -104,9 +103,6 @@ class GenerationStats:
     @property
     def tokens_per_s(self) -> float:
         return 1000.0 * self.tokens / self.elapsed_ms if self.elapsed_ms else 0.0
-
-    def alpha_by_drafter(self) -> dict[str, float | None]:
-        return {name: counts.rate for name, counts in self.per_drafter.items() if name is not None}
 
     def alpha_by_position(self) -> list[float | None]:
         return [self.per_position[i].rate for i in sorted(self.per_position)]
