@@ -1,9 +1,10 @@
 """The only bridge between the engine and Qt: worker threads that re-emit engine output as signals.
 
-`GenerationThread` runs `decoder.generate(...)` and emits every event object
-unchanged on `sig_event` (queued to the GUI thread), then `sig_finished`.
-`ModelLoadThread` loads models off the GUI thread: into an engine process
-(`EngineProcess`, the window's default) or into this one (with a decoder).
+`GenerationThread` runs one of an engine's streams (`engine.generate` or
+`engine.race`) and emits every event object unchanged on `sig_event` (queued
+to the GUI thread), then `sig_finished`. `ModelLoadThread` makes an `Engine`
+off the GUI thread with the factory it is given: an engine process
+(`EngineProcess`, the window's default) or one in this process (`LocalEngine.load`).
 
 The engine's loop has no Qt event loop: stop, pause and single-step go
 through the thread-safe `GenerationControl`, which the decoder checks between
@@ -17,11 +18,16 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 
 from PySide6.QtCore import QThread, Qt, Signal
 
+from app.engine.engine import EngineFactory
 from app.engine.events import EndEvent, RunningStats
 from app.engine.settings import GenerationControl, LiveSettings
+
+# An engine stream: Engine.generate or Engine.race, called as (prompt, live, control, chat_template=...).
+Stream = Callable[..., Iterator]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +72,10 @@ class GenerationThread(QThread):
     sig_finished = Signal()
     _sig_wake = Signal()
 
-    def __init__(self, decoder, prompt: str, live: LiveSettings, control: GenerationControl,
+    def __init__(self, stream: Stream, prompt: str, live: LiveSettings, control: GenerationControl,
                  chat_template: bool = False, parent=None) -> None:
         super().__init__(parent)
-        self._decoder = decoder
+        self._stream = stream
         self._prompt = prompt
         self.live = live
         self.control = control
@@ -98,7 +104,7 @@ class GenerationThread(QThread):
         started = time.perf_counter()
         ended = False
         try:
-            events = self._decoder.generate(self._prompt, self.live, self.control, chat_template=self._chat_template)
+            events = self._stream(self._prompt, self.live, self.control, chat_template=self._chat_template)
             for event in events:
                 ended = isinstance(event, EndEvent)
                 self._publish(event)
@@ -123,25 +129,23 @@ class LoadCancelled(Exception):
 
 
 class ModelLoadThread(QThread):
-    """Loads a target (+ drafter) off the GUI thread, into an engine process or into this process.
+    """Makes an `Engine` for a target (+ drafter) off the GUI thread, with the factory it is given.
 
     `sig_progress(message, done, total)`: total 0 means "busy, size unknown".
-    `sig_loaded(models, decoder)` on success, `sig_failed(message)` otherwise; neither after `cancel()`.
-    In an engine process `models` is a `ModelsSummary` and `decoder` the `EngineProcess`; `cancel` ends
-    that process at once. In this process (`in_process=True`) they are `LoadedModels` and a
-    `SpeculativeDecoder`; a load cannot be interrupted inside one model's weights, so `cancel` takes
-    effect at the next step the loader reports (tokenizer, target, drafter, heads).
+    `sig_loaded(engine)` on success, `sig_failed(message)` otherwise; neither after `cancel()`.
+    An engine process ends at once on `cancel`; a load in this process cannot be interrupted inside one
+    model's weights, so there `cancel` takes effect at the next step the loader reports (tokenizer,
+    target, drafter, heads).
     """
 
     sig_progress = Signal(str, int, int)
-    sig_loaded = Signal(object, object)
+    sig_loaded = Signal(object)  # Engine
     sig_failed = Signal(str)
 
-    def __init__(self, target: str | None, draft: str | None, device: str = "auto", dtype: str = "auto",
-                 in_process: bool = True, parent=None) -> None:
+    def __init__(self, factory: EngineFactory, request: dict, parent=None) -> None:
         super().__init__(parent)
-        self.request = dict(target=target, draft=draft, device=device, dtype=dtype)
-        self.in_process = in_process
+        self.factory = factory
+        self.request = dict(request)
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -154,10 +158,10 @@ class ModelLoadThread(QThread):
     def run(self) -> None:
         try:
             self.sig_progress.emit("Loading models…", 0, 0)
-            models, decoder = self._load()
+            engine = self._load()
             if not self.cancelled:
                 self.sig_progress.emit("Loaded", 1, 1)
-                self.sig_loaded.emit(models, decoder)
+                self.sig_loaded.emit(engine)
         except LoadCancelled:
             log.info("model load cancelled")
         except Exception as error:  # noqa: BLE001 - shown in the dialog; previous models stay
@@ -167,21 +171,10 @@ class ModelLoadThread(QThread):
             _forget_python_thread_record()
 
     def _load(self):
-        if not self.in_process:
-            return self._load_engine_process()
-        from app.engine.decoder import SpeculativeDecoder
-        from app.engine.loading import load_models
-
-        models = load_models(**self.request, progress=self._report)
-        return models, SpeculativeDecoder(models)
-
-    def _load_engine_process(self):
-        from app.engine.remote import EngineProcess
-
-        engine = EngineProcess(self.request, progress=self._report, cancelled=lambda: self.cancelled)
+        engine = self.factory(self.request, self._report, lambda: self.cancelled)
         if self.cancelled:
-            engine.close()
-        return engine.summary, engine
+            engine.close()  # cancelled after the last step: nobody will use it
+        return engine
 
     def _report(self, fraction: float, message: str) -> None:
         """The engine's `progress(fraction, message)` callback, as a 0..1000 progress signal."""

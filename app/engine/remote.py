@@ -7,9 +7,9 @@ event objects back through a pipe, so the window and the engine each keep a
 CPU core to themselves.
 
     engine = EngineProcess(dict(target=None, draft=None))   # loads in the child; raises ModelLoadError ...
-    for event in engine.generate(prompt, live, control):     # same contract as SpeculativeDecoder.generate
+    for event in engine.generate(prompt, live, control):     # the Engine contract (app/engine/engine.py)
         ...
-    for event in engine.racer.generate(prompt, settings):    # same contract as Race.generate
+    for event in engine.race(prompt, settings):               # both lanes run in the child
         ...
     engine.close()
 
@@ -31,9 +31,9 @@ import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from app.engine import errors
+from app.engine.engine import ModelsSummary
 from app.engine.settings import ControlRequests, DecodeSettings, GenerationControl, LiveSettings, SettingsError
 
 POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
@@ -48,30 +48,11 @@ class EngineProcessError(errors.EngineError):
     """The engine process could not be started, was cancelled, or stopped unexpectedly."""
 
 
-@dataclass(frozen=True)
-class ModelsSummary:
-    """What the window shows and offers about the models a process holds (plain data)."""
-
-    target_name: str
-    draft_name: str | None
-    device: str
-    dtype: str
-    available_drafters: tuple[str, ...]
-    num_layers: int
-    default_exit_layer: int
-    context_length: int
-
-    @classmethod
-    def of(cls, models) -> ModelsSummary:
-        return cls(target_name=models.target_name, draft_name=models.draft_name, device=str(models.device),
-                   dtype=str(models.dtype).removeprefix("torch."), available_drafters=tuple(models.available_drafters),
-                   num_layers=int(models.num_layers), default_exit_layer=int(models.default_exit_layer),
-                   context_length=int(models.context_length))
-
-
 # --- parent side ----------------------------------------------------------------------------------------------
 class EngineProcess:
-    """A child process holding the models and a decoder; `generate` streams its events here."""
+    """A child process holding the models and a decoder; `generate` and `race` stream its events here.
+
+    Implements the `Engine` protocol of app/engine/engine.py, so the class itself is an engine factory."""
 
     def __init__(self, request: dict, progress: Callable[[float, str], None] | None = None,
                  cancelled: Callable[[], bool] = lambda: False, threads: int | None = None) -> None:
@@ -85,7 +66,6 @@ class EngineProcess:
         self._process = context.Process(target=serve, args=(child_end, dict(request), threads),
                                         name="speculative-engine", daemon=True)
         self._lock = threading.Lock()  # one run at a time
-        self.racer = _RaceRunner(self)
         self._token_texts: tuple[str, ...] = ()
         self._process.start()
         child_end.close()
@@ -99,6 +79,11 @@ class EngineProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (what a system monitor, or an out-of-memory killer, sees)."""
+        return self._process.pid
+
     def token_text(self, token_id: int) -> str:
         """The target tokenizer's text of one token id ("" for an id it does not have), without the tokenizer."""
         return self._token_texts[token_id] if 0 <= token_id < len(self._token_texts) else ""
@@ -107,6 +92,11 @@ class EngineProcess:
                  chat_template: bool = False) -> Iterator:
         """As `SpeculativeDecoder.generate`: typed errors for a bad prompt now, then the run's events."""
         return self._run("decode", prompt, live, control, chat_template)
+
+    def race(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
+             chat_template: bool = False) -> Iterator:
+        """As `Race.generate`, with both lanes in the child."""
+        return self._run("race", prompt, live, control, chat_template)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the child (asking first, then terminating); safe to call twice."""
@@ -240,17 +230,6 @@ class _Stream:
         if self._open:
             self._open = False
             self._engine._lock.release()  # noqa: SLF001
-
-
-class _RaceRunner:
-    """`Race.generate` in the engine process."""
-
-    def __init__(self, engine: EngineProcess) -> None:
-        self._engine = engine
-
-    def generate(self, prompt: str, live, control: GenerationControl | None = None,
-                 chat_template: bool = False) -> Iterator:
-        return self._engine._run("race", prompt, live, control, chat_template)  # noqa: SLF001 - its own runner
 
 
 class _RunLink:

@@ -1,0 +1,151 @@
+"""The window's worker threads: one generation, one race and one model load at a time.
+
+`RunController` starts them, forwards stop / pause / step to the running
+generation, and joins every thread it started: when the thread ends (then it
+reports by a `sig_*` signal) or at `shutdown`. It knows nothing of the widgets;
+the window reacts to its signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine.engine import Engine, EngineFactory
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from app.worker import GenerationThread, ModelLoadThread
+
+EventSink = Callable[[object], None]  # receives each event on the GUI thread
+
+
+class RunController(QObject):
+    sig_run_finished = Signal()  # the generation thread has ended and was joined
+    sig_race_finished = Signal()  # the race thread has ended and was joined
+    sig_loaded = Signal(object, object)  # (Engine, the request dict it was loaded from); never after shutdown
+    sig_load_failed = Signal(str)  # never after shutdown
+    sig_load_progress = Signal(str)
+
+    def __init__(self, factory: EngineFactory, parent=None) -> None:
+        super().__init__(parent)
+        self.factory = factory
+        self._generation: GenerationThread | None = None
+        self._race: GenerationThread | None = None  # runs an engine race: both lanes in one thread
+        self._loader: ModelLoadThread | None = None
+        self._closing = False  # once set, results of loads still in flight are discarded
+
+    # --- state -----------------------------------------------------------------------------
+    @property
+    def is_generating(self) -> bool:
+        return self._generation is not None
+
+    @property
+    def is_racing(self) -> bool:
+        return self._race is not None
+
+    @property
+    def is_loading(self) -> bool:
+        return self._loader is not None
+
+    # --- generation ------------------------------------------------------------------------
+    def start_generation(self, engine: Engine, prompt: str, live: LiveSettings, paused: bool,
+                         chat_template: bool, on_event: EventSink) -> None:
+        control = GenerationControl()
+        if paused:
+            control.pause()
+        thread = GenerationThread(engine.generate, prompt, live, control, chat_template=chat_template)
+        thread.sig_event.connect(on_event)
+        thread.sig_finished.connect(self._on_generation_finished)
+        self._generation = thread
+        thread.start()
+
+    def stop_generation(self) -> None:
+        if self._generation is not None:
+            self._generation.control.stop()
+
+    def set_paused(self, paused: bool) -> None:
+        if self._generation is not None:
+            (self._generation.control.pause if paused else self._generation.control.resume)()
+
+    def step(self) -> None:
+        """Let a paused generation run exactly one more pass."""
+        if self._generation is not None:
+            self._generation.control.step()
+
+    def _on_generation_finished(self) -> None:
+        thread, self._generation = self._generation, None
+        if thread is None:
+            return
+        thread.wait()  # run() has emitted its last signal; make sure it has returned
+        thread.deleteLater()
+        self.sig_run_finished.emit()
+
+    # --- race ------------------------------------------------------------------------------
+    def start_race(self, engine: Engine, prompt: str, settings: DecodeSettings, chat_template: bool,
+                   on_event: EventSink) -> None:
+        """One set-up for the whole race: later edits of the live settings do not reach it."""
+        thread = GenerationThread(engine.race, prompt, LiveSettings(settings), GenerationControl(),
+                                  chat_template=chat_template)
+        thread.sig_event.connect(on_event)
+        thread.sig_finished.connect(self._on_race_finished)
+        self._race = thread
+        thread.start()
+
+    def stop_race(self) -> None:
+        if self._race is not None:
+            self._race.control.stop()
+
+    def _on_race_finished(self) -> None:
+        thread, self._race = self._race, None
+        if thread is None:
+            return
+        thread.wait()
+        thread.deleteLater()
+        self.sig_race_finished.emit()
+
+    # --- loading ---------------------------------------------------------------------------
+    def load(self, request: dict, watch: Callable[[ModelLoadThread], None] | None = None) -> ModelLoadThread | None:
+        """Make an engine in a thread; None if a load is already running.
+
+        `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
+        """
+        if self._loader is not None:
+            return None
+        self._loader = ModelLoadThread(self.factory, request)
+        self._loader.sig_loaded.connect(lambda engine: self._on_loaded(engine, request))
+        self._loader.sig_failed.connect(self._on_load_failed)
+        self._loader.sig_progress.connect(lambda message, *_: self.sig_load_progress.emit(message))
+        self._loader.finished.connect(self._reap_loader)
+        if watch is not None:
+            watch(self._loader)
+        self._loader.start()
+        return self._loader
+
+    def _on_loaded(self, engine: Engine, request: dict) -> None:
+        if not self._closing:
+            self.sig_loaded.emit(engine, dict(request))
+
+    def _on_load_failed(self, message: str) -> None:
+        if not self._closing:
+            self.sig_load_failed.emit(message)
+
+    def _reap_loader(self) -> None:
+        if self._loader is not None:
+            self._loader.wait()
+            self._loader.deleteLater()
+            self._loader = None
+
+    # --- shutdown --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop and join every thread (each reports its end as usual); safe to call twice."""
+        if self._generation is not None:
+            self._generation.stop_and_join()
+            self._on_generation_finished()
+        if self._race is not None:
+            self._race.stop_and_join()
+            self._on_race_finished()
+        if self._loader is not None:
+            self._closing = True  # whatever the load still delivers is discarded
+            self._loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
+            self._loader.wait()
+            self._reap_loader()
