@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tools")]
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no spinning on a shared CPU
 
@@ -43,10 +44,10 @@ from app.engine.events import EndEvent, PassEvent  # noqa: E402
 from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
-from demo_training.checkpoint import atomic_write_text  # noqa: E402
-from demo_training.corpus import split_documents  # noqa: E402
-from demo_training.data import pack_blocks, spread_blocks  # noqa: E402
-from demo_training.evaluation import CODE_PROMPTS  # noqa: E402
+from tools.demo_training.checkpoint import atomic_write_text  # noqa: E402
+from tools.demo_training.corpus import split_documents  # noqa: E402
+from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
+from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
 
 LEARNED = ("medusa", "mtp", "eagle", "dflash")
 BASELINES = ("draft-model", "prompt-lookup", "layer-skip")

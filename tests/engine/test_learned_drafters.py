@@ -6,7 +6,6 @@ subprocess, exactly as a user would run it; that run is itself under test.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import (
     FAMILIES, HeadConfig, TargetShape, build_module, default_config, read_config, save_head,
 )
+from app.engine.drafters.heads import dflash, eagle
 from app.engine.drafters.heads.common import TargetParts
 from app.engine.drafters.heads.mtp import MtpDrafter
 from app.engine.errors import ModelLoadError
@@ -261,23 +261,13 @@ def test_head_config_round_trips_through_json(models, quick_heads):
 # ---- training computes what drafting computes ----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def trainer():
-    """tools/train_heads.py as a module (its training-side forward passes)."""
-    spec = importlib.util.spec_from_file_location("train_heads", TRAIN_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_heads", module)  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 def _greedy_draft(models, family: str, ids: torch.Tensor, k: int):
     spec = models.extras[family]
     drafter = spec.build(models, None)
     return drafter.propose(ids, k, TokenSampler(None, torch.Generator()), _features(models, ids, spec.config.feature_layers))
 
 
-def test_eagle_unrolled_training_steps_are_the_drafting_steps(models, trainer):
+def test_eagle_unrolled_training_steps_are_the_drafting_steps(models):
     """Row N-2 of unrolled step s, fed the drafts as its tokens, scores exactly the drafter's q of step s."""
     spec, parts = models.extras["eagle"], TargetParts.of(models.target)
     ids = torch.randint(0, models.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
@@ -285,13 +275,13 @@ def test_eagle_unrolled_training_steps_are_the_drafting_steps(models, trainer):
     tokens = torch.cat([ids, draft.tokens[:-1]])  # what training reads at positions N-1 .. N+1
     features = _recomputed(models.target, tokens, spec.config.feature_layers)
     with torch.inference_mode():
-        outputs = trainer.eagle_unrolled(spec.module, parts, tokens[None], [f[None] for f in features], 3)
+        outputs = eagle.unrolled_outputs(spec.module, parts, tokens[None], [f[None] for f in features], 3)
         for s, output in enumerate(outputs):
             q = torch.softmax(parts.logits(spec.module.out_norm(output[0, ids.numel() - 2])), -1)
             torch.testing.assert_close(q, draft.q[s], atol=1e-5, rtol=1e-4)
 
 
-def test_dflash_training_block_is_the_drafting_block(models, trainer):
+def test_dflash_training_block_is_the_drafting_block(models):
     spec, parts = models.extras["dflash"], TargetParts.of(models.target)
     bs = spec.module.block_size
     ids = torch.randint(0, models.vocab_size, (20,), generator=torch.Generator().manual_seed(4))
@@ -299,7 +289,7 @@ def test_dflash_training_block_is_the_drafting_block(models, trainer):
     tokens = torch.cat([ids, torch.zeros(bs - 1, dtype=torch.long)])  # block rows read only the anchor
     features = _recomputed(models.target, tokens, spec.config.feature_layers)
     with torch.inference_mode():
-        hidden = trainer.dflash_forward(spec.module, parts, tokens[None], [f[None] for f in features],
-                                        torch.tensor([ids.numel() - 1]))
+        hidden = dflash.training_forward(spec.module, parts, tokens[None], [f[None] for f in features],
+                                         torch.tensor([ids.numel() - 1]))
         q = torch.softmax(parts.logits(hidden[0, 1:]), -1)  # (bs-1, V)
     torch.testing.assert_close(q, draft.q, atol=1e-5, rtol=1e-4)

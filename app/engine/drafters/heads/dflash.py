@@ -24,7 +24,7 @@ from torch import nn
 
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
-    HeadDrafter, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
+    HeadDrafter, TargetParts, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
 )
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
@@ -86,6 +86,33 @@ class DFlashDrafter(HeadDrafter):
             hidden = module(rows, positions, context, context_positions, mask)[1: 1 + k]  # (K', H)
             tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
         return as_draft(tokens, q)
+
+
+# ---- training: many anchors' blocks in one forward ----------------------------------------------
+
+
+def training_mask(anchors: torch.Tensor, T: int, block: int, window: int) -> torch.Tensor:
+    """(A*bs, T + A*bs) bool: block rows of anchor a see context c in [a-W, a-1] and their own block."""
+    context = torch.arange(T)
+    anchor_of_row = anchors.repeat_interleave(block)  # (A*bs,)
+    sees_context = (context[None, :] <= anchor_of_row[:, None] - 1) & \
+                   (anchor_of_row[:, None] - 1 - context[None, :] < window)
+    same_block = torch.block_diag(*[torch.ones(block, block, dtype=torch.bool)] * len(anchors))
+    return torch.cat([sees_context, same_block], dim=1)
+
+
+def training_forward(module: DFlashDrafterModel, parts: TargetParts, tokens: torch.Tensor,
+                     features: list[torch.Tensor], anchors: torch.Tensor) -> torch.Tensor:
+    """Block outputs (B, A*bs, H) for anchors (A,); row j of anchor a sits at a+j and predicts x_{a+j}.
+
+    tokens (B, T), features [(B, T, H)]. The anchor at a plays the role of x_{N-1} in `DFlashDrafter.propose`:
+    its block sees the context rows before it within the window, and the whole of its own block.
+    """
+    T, bs = tokens.shape[1], module.block_size
+    context = module.context(features)  # (B, T, H)
+    rows = module.block_rows(parts.embed(tokens[:, anchors])).flatten(1, 2)  # (B, A*bs, H)
+    positions = anchors.repeat_interleave(bs) + torch.arange(bs).repeat(len(anchors))  # (A*bs,)
+    return module(rows, positions, context, torch.arange(T), training_mask(anchors, T, bs, module.window))
 
 
 MODULE, DRAFTER = DFlashDrafterModel, DFlashDrafter  # the trained module and the drafter that runs it (heads/format.py)

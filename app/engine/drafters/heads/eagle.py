@@ -27,7 +27,7 @@ from torch import nn
 from app.engine.cached_model import common_prefix_length
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
-    HeadDrafter, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
+    HeadDrafter, TargetParts, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
 from app.engine.sampling import TokenSampler
@@ -105,6 +105,40 @@ class EagleDrafter(HeadDrafter):
                 out, memory = self.module.step(u, positions, memory)
                 output = out[-1]
         return as_draft(tokens, rows)
+
+
+# ---- training: the same steps for every position at once ("training-time test") -------------------
+
+
+def unrolled_mask(rows: int, step: int, window: int) -> torch.Tensor:
+    """(R, (step+1) R) bool: step `step` row i (position i+step) sees step-0 rows j <= i in its window and its own
+    earlier steps."""
+    base = torch.arange(rows)
+    committed = window_mask(base + step, base, window) & (base[None, :] <= base[:, None])  # (R, R)
+    own = torch.eye(rows, dtype=torch.bool).repeat(1, step)  # (R, step*R): row i of steps 1..step
+    return torch.cat([committed, own], dim=1)
+
+
+def unrolled_outputs(module: EagleHead, parts: TargetParts, tokens: torch.Tensor, features: list[torch.Tensor],
+                     steps: int) -> list[torch.Tensor]:
+    """Outputs o (B, T-1, H) of each unrolled step; row i of step s sits at position i+s and predicts x_{i+s+2}.
+
+    tokens (B, T), features [(B, T, H)]. Step 0 reads the target's fused features, step s >= 1 the head's own
+    outputs of step s-1, exactly as `EagleDrafter._draft` feeds its drafting steps.
+    """
+    T = tokens.shape[1]
+    rows = torch.arange(T - 1)
+    feature = module.fuse(torch.cat(features, -1))[:, :-1]  # (B, T-1, H)
+    embedded = parts.embed(tokens)  # (B, T, H)
+    memory, outputs = None, []
+    for s in range(steps):
+        u = module.rows(embedded[:, (rows + s + 1).clamp(max=T - 1)], feature)  # (B, T-1, H): reads x_{i+s+1}
+        kv = module.block.keys_values(u, rows + s)
+        memory = kv if memory is None else memory.cat(kv)
+        mask = window_mask(rows, rows, module.window) if s == 0 else unrolled_mask(T - 1, s, module.window)
+        feature = module.block(u, rows + s, memory, mask)  # own outputs: the next step's features
+        outputs.append(feature)
+    return outputs
 
 
 MODULE, DRAFTER = EagleHead, EagleDrafter  # the trained module and the drafter that runs it (heads/format.py)

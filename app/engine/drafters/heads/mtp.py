@@ -18,11 +18,13 @@ which makes rollbacks and mid-run switching free of bookkeeping.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features, pick
+from app.engine.drafters.heads.common import HeadDrafter, TargetParts, TargetShape, as_draft, has_features, pick
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
 
@@ -92,6 +94,26 @@ class MtpDrafter(HeadDrafter):
             extended = torch.cat([extended, token.view(1)])
             hidden = hidden[-rows_needed(steps - d - 1, window):]  # keep only rows computed exactly
         return as_draft(tokens, rows)
+
+
+# ---- training: every depth over every position at once ------------------------------------------
+
+
+def training_depths(module: MtpModules, parts: TargetParts, tokens: torch.Tensor,
+                    final: torch.Tensor) -> Iterator[torch.Tensor]:
+    """h^d (B, T, H) for d = 1 .. D, one depth at a time, from tokens (B, T) and the target's final states h^0.
+
+    Lazy, so a caller takes depth d's loss before depth d+1 runs (the order the shipped heads were trained in).
+
+    Depth d at row i reads x_{i+d} (clamped at the last token) and predicts x_{i+d+1}, as in `MtpDrafter._draft`.
+    """
+    T = tokens.shape[1]
+    positions = torch.arange(T)
+    hidden = final  # (B, T, H)
+    for d, depth in enumerate(module.depths):
+        ahead = (positions + d + 1).clamp(max=T - 1)
+        hidden = depth(hidden, parts.embed(tokens[:, ahead]), positions, module.window)  # (B, T, H)
+        yield hidden
 
 
 MODULE, DRAFTER = MtpModules, MtpDrafter  # the trained module and the drafter that runs it (heads/format.py)

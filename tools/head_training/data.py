@@ -1,0 +1,130 @@
+"""The frozen target and the cached training data: its hidden states and top-k soft labels.
+
+Self-distillation: the training text is the demo corpus (CPython stdlib code
+and the language reference, from tools/demo_training) plus continuations the
+target writes itself from corpus prefixes (half greedy, half sampled), and
+every label is the target's own next-token distribution (its top-8 probabilities)
+at that position, never the corpus token. The target's hidden states and
+labels are computed once and cached; each family then trains on them.
+
+Notation: sequences of T tokens x_0 .. x_{T-1}; `label[t]` is the target's
+distribution of x_{t+1} given x_0 .. x_t; `feature[l][t]` its hidden state
+h^l_t (HF `hidden_states[l]`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ..demo_training.checkpoint import atomic_torch_save, load_if_exists
+from ..demo_training.corpus import split_documents
+from ..demo_training.data import pack_blocks, spread_blocks, training_documents
+from .run import REPO_ROOT, HeadsRun, log
+
+LABEL_TOP = 8  # target probabilities kept per position (soft labels)
+
+
+def load_target(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval().requires_grad_(False)
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def target_checksum(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def display_name(folder: Path) -> str:
+    """The target's folder relative to the repository when inside it (config.json stays machine-independent)."""
+    folder = folder.resolve()
+    return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else str(folder)
+
+
+def corpus_stream(tokenizer, documents) -> torch.Tensor:
+    """Documents joined by the tokenizer's end-of-text token (as the demo target was trained)."""
+    ids: list[int] = []
+    eos = tokenizer.eos_token_id
+    for encoded in tokenizer([d.text for d in documents], add_special_tokens=False)["input_ids"]:
+        ids += ([eos] if eos is not None else []) + encoded
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def corpus_blocks(tokenizer, run: HeadsRun) -> torch.Tensor:
+    split = split_documents(run.max_code_files, run.max_prose_docs)
+    documents = training_documents(split, run.seed, prose_repeats=2)
+    blocks = pack_blocks(corpus_stream(tokenizer, documents), run.seq_len)  # (S, T)
+    return spread_blocks(blocks, run.corpus_sequences + run.generated_sequences)
+
+
+@torch.no_grad()
+def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int = 64) -> torch.Tensor:
+    """The target's own text after each prompt (P,): first half greedy, second half sampled at T = 0.8.
+
+    A plain cached loop: HF `generate` costs several times more per step at this model size.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for start in range(0, len(prompts), batch):
+        tokens = prompts[start:start + batch]
+        sample = start >= len(prompts) // 2
+        step = target(input_ids=tokens, use_cache=True)
+        for _ in range(length):
+            logits = step.logits[:, -1].float()  # (B, V)
+            if sample:
+                following = torch.multinomial(torch.softmax(logits / 0.8, -1), 1, generator=generator)  # (B, 1)
+            else:
+                following = logits.argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, following], dim=1)
+            step = target(input_ids=following, cache=step.cache, use_cache=True)
+        out.append(tokens)
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch: int = 16) -> dict:
+    """Features (fp16) of `layers` and top-k soft labels for every position of tokens (S, T)."""
+    features = {layer: [] for layer in layers}
+    label_ids, label_probs = [], []
+    for chunk in tokens.split(batch):
+        out = target(input_ids=chunk, output_hidden_states=True)
+        for layer in layers:
+            features[layer].append(out.hidden_states[layer].half())  # (B, T, H)
+        top = torch.softmax(out.logits.float(), -1).topk(LABEL_TOP, dim=-1)
+        label_ids.append(top.indices.int())  # (B, T, k)
+        label_probs.append(top.values.half())
+    return {"tokens": tokens, "features": {layer: torch.cat(v) for layer, v in features.items()},
+            "label_ids": torch.cat(label_ids), "label_probs": torch.cat(label_probs)}
+
+
+def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache: Path) -> dict:
+    path = cache / f"data-{run.data_fingerprint()}.pt"
+    saved = load_if_exists(path)
+    if saved is not None and set(saved["features"]) >= set(layers):
+        return saved
+    blocks = corpus_blocks(tokenizer, run)
+    generator = torch.Generator().manual_seed(run.seed)
+    order = torch.randperm(len(blocks), generator=generator)
+    corpus = blocks[order[: run.corpus_sequences]]
+    prompts = blocks[order[run.corpus_sequences:], : run.prompt_len]
+    log(f"target writes {len(prompts)} continuations of {run.seq_len - run.prompt_len} tokens")
+    generated = continuations(target, prompts, run.seq_len - run.prompt_len, run.seed)
+    tokens = torch.cat([corpus, generated])  # (S, T)
+    log(f"target features and labels for {tokens.numel()} tokens")
+    data = target_outputs(target, tokens, layers)
+    atomic_torch_save(data, path)
+    return data
+
+
+def batch_of(data: dict, indices: torch.Tensor, layers: tuple[int, ...]) -> tuple:
+    """tokens (B, T), features [(B, T, H)] in `layers` order (float32), label ids/probs (B, T, k)."""
+    rows = indices.reshape(-1)
+    features = [data["features"][layer][rows].float() for layer in layers]
+    probs = data["label_probs"][rows].float()
+    return data["tokens"][rows], features, data["label_ids"][rows].long(), probs / probs.sum(-1, keepdim=True)

@@ -1,0 +1,76 @@
+"""Train one family on the cached data and export it in the heads format (heads/format.py, FORMAT.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from app.engine.drafters.heads import HeadConfig, TargetParts, TargetShape, build_module, default_config, save_head
+
+from ..demo_training.checkpoint import atomic_replace_folder, atomic_write_text
+from ..demo_training.config import StageSchedule
+from ..demo_training.loop import train_stage
+from .data import batch_of
+from .losses import LOSSES
+from .run import HeadsRun
+
+
+def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetShape, target_name: str,
+                 checksum: str, cache: Path, checkpoint_seconds: float) -> tuple[HeadConfig, torch.nn.Module]:
+    config = default_config(family, shape, target_name, **run.arch[family])
+    torch.manual_seed(run.seed)
+    module = build_module(config).float()
+    parts = TargetParts.of(target)
+    generator = torch.Generator().manual_seed(run.seed + 1)
+    loss_of = LOSSES[family]
+
+    def loss_fn(model, indices, step):
+        generator.manual_seed(run.seed * 100_003 + step)  # row choice depends only on (seed, step): resumable
+        loss = loss_of(model, parts, batch_of(data, indices, config.feature_layers), run, generator)
+        return loss, loss.item()
+
+    sequences = torch.arange(len(data["tokens"]))[:, None]  # train_stage batches rows of this index table
+    stage = StageSchedule(**run.schedules[family])
+    result = train_stage(family, module, loss_fn, sequences, stage, run.seed,
+                         cache / f"{family}-{run.fingerprint()}.ckpt", checkpoint_seconds)
+    training = {"seed": run.seed, "run": run.name, "steps": result.steps, "seconds": round(result.seconds, 1),
+                "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
+                "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
+                "data": "stdlib code + language reference (tools/demo_training corpus) and target continuations; "
+                        "labels: target top-8 probabilities",
+                "target_checksum": checksum}
+    return dataclasses.replace(config, training=training), module
+
+
+def export(out: Path, family: str, config: HeadConfig, module: torch.nn.Module) -> None:
+    atomic_replace_folder(out / family, lambda tmp: save_head(tmp, config, module))
+
+
+def write_format_notes(out: Path) -> None:
+    from app.engine.drafters.heads import format as head_format
+
+    text = "# Learned drafter heads: on-disk format\n\n" + head_format.__doc__.split("\n", 1)[1].strip() + "\n"
+    atomic_write_text(out / "FORMAT.md", text + FORMAT_EXTRA)
+
+
+FORMAT_EXTRA = """
+## Using heads with another target
+
+Train them with `python tools/train_heads.py --target DIR --out HEADS_DIR`, then
+start the app with that target and `load_models(target=DIR, heads=HEADS_DIR)`.
+Loading checks hidden size, vocabulary size and layer count against the target
+and refuses heads that do not fit with a message naming the difference.
+
+## Families
+
+- `medusa`: `heads.K.weight` (H, H), `heads.K.bias` (H,): `x + SiLU(W x + b)` per head, then the target's LM head.
+- `mtp`: `depths.D.*`: norms, `proj` (H, 2H), one transformer block, `out_norm`; attention window `arch.window`.
+- `eagle`: `fuse` (H, nH), `proj` (H, 2H), one transformer block, `out_norm`; window `arch.window`.
+- `dflash`: `fuse` (H, nH), `context_norm`, `mask_embedding` (H,), `layers.L.*`, `out_norm`; block `arch.block_size`.
+
+Transformer blocks are pre-norm Llama-style (RMSNorm eps 1e-6, RoPE base 10000 in
+the half-split layout, attention without biases, SwiGLU MLP): `attn_norm`, `attn.{q,k,v,o}_proj`, `mlp_norm`,
+`mlp.{gate,up,down}_proj`.
+"""

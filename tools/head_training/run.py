@@ -1,0 +1,81 @@
+"""Every number that shapes the data and the trained heads, and the two sizes of run."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from app.engine.drafters.heads import FAMILIES
+
+from ..demo_training.config import StageSchedule
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_TARGET = REPO_ROOT / "assets" / "models" / "demo" / "target"
+DEMO_HEADS = REPO_ROOT / "assets" / "models" / "demo" / "heads"
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadsRun:
+    """Every number that shapes the data and the trained heads."""
+
+    name: str
+    seed: int
+    seq_len: int
+    corpus_sequences: int
+    generated_sequences: int  # target continuations of corpus prefixes (half greedy, half sampled)
+    prompt_len: int
+    max_code_files: int | None
+    max_prose_docs: int | None
+    schedules: dict  # family -> StageSchedule fields
+    arch: dict  # family -> constructor overrides
+    eagle_unroll: int = 3
+    dflash_anchors: int = 32
+    loss_rows: float = 0.5  # share of positions given to the LM head per step (it dominates the cost)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+
+    def data_fingerprint(self) -> str:
+        keys = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prompt_len", "max_code_files",
+                "max_prose_docs")
+        payload = {k: getattr(self, k) for k in keys}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def schedule(steps: int, lr: float, batch: int) -> dict:
+    return dataclasses.asdict(StageSchedule(steps=steps, batch_size=batch, peak_lr=lr,
+                                            warmup_steps=max(2, steps // 20), weight_decay=0.01))
+
+
+def full_run(seed: int) -> HeadsRun:
+    """Sized for about 20 minutes on 2 CPU cores (shared with other jobs), all four families."""
+    return HeadsRun(
+        name="full", seed=seed, seq_len=128, corpus_sequences=2400, generated_sequences=800, prompt_len=32,
+        max_code_files=None, max_prose_docs=None,
+        schedules={"medusa": schedule(1000, 3e-3, 8), "mtp": schedule(800, 2e-3, 8),
+                   "eagle": schedule(900, 2e-3, 8), "dflash": schedule(1200, 2e-3, 8)},
+        arch={"medusa": {"num_heads": 4}, "mtp": {"depths": 4, "intermediate": 256, "window": 16},
+              "eagle": {"intermediate": 384, "window": 96},
+              "dflash": {"layers": 2, "intermediate": 384, "block_size": 6, "window": 64}},
+        loss_rows=0.25, dflash_anchors=16,
+    )
+
+
+def quick_run(seed: int) -> HeadsRun:
+    """A miniature end-to-end run for the test suite."""
+    return HeadsRun(
+        name="quick", seed=seed, seq_len=48, corpus_sequences=12, generated_sequences=4, prompt_len=16,
+        max_code_files=8, max_prose_docs=2,
+        schedules={family: schedule(40, 5e-3, 4) for family in FAMILIES},
+        arch={"medusa": {"num_heads": 3}, "mtp": {"depths": 2, "intermediate": 64, "window": 8},
+              "eagle": {"intermediate": 64, "window": 32},
+              "dflash": {"layers": 1, "intermediate": 64, "block_size": 4, "window": 16}},
+        eagle_unroll=2, dflash_anchors=4,
+    )
+
+
+def log(message: str) -> None:
+    print(f"[train-heads] {message}", file=sys.stderr, flush=True)
