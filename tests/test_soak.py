@@ -3,23 +3,10 @@ consecutive generations, and the window-vs-headless comparison. Full size: `pyth
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-import pytest
-
-SOAK = Path(__file__).resolve().parents[1] / "tools" / "soak.py"
+from tools import soak
 
 
-@pytest.fixture
-def soak():
-    spec = importlib.util.spec_from_file_location("soak", SOAK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
+def test_long_run_then_repeated_runs_stay_bounded(qtbot, tmp_path):
     request = soak.model_request(None, None, tmp_path)
     models, engine = soak.start_engine_process(request, threads=1)
     assert models.context_length >= 10_000  # the long-context tiny model the full soak needs
@@ -42,7 +29,7 @@ def test_long_run_then_repeated_runs_stay_bounded(qtbot, soak, tmp_path):
         overhead = soak.measure_overhead(app, window, local_models, decoder, tokens=60, repeats=2)
         print(overhead)
         assert len(overhead["window_tokens_per_s"]) == len(overhead["headless_tokens_per_s"]) == 2
-        assert overhead["median_pair_ratio"] > 0 and overhead["full_gc"] == [0, 0]
+        assert overhead["full_gc"] == [0, 0]
     finally:
         window.shutdown()
         window.close()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.engine.decoder import SpeculativeDecoder
-from app.engine.events import ACCEPTED, BONUS, EndEvent, PassEvent, StartEvent, TARGET
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, TARGET, EndEvent, PassEvent, StartEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, run
@@ -61,30 +61,61 @@ def test_committed_texts_concatenate_to_the_text(decoder):
     assert "".join(pieces) == decoder.models.tokenizer.decode(list(end.token_ids))
 
 
-def test_live_changes_apply_at_the_next_pass_and_keep_greedy_identity(decoder):
-    prompt = PROMPTS[0]
-    _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
-    schedule = {3: dict(drafters=("layer-skip",), k=2), 6: dict(drafters=(), k=1),
-                9: dict(drafters=("prompt-lookup", "draft-model"), k=5), 12: dict(verify="asd"),
-                13: dict(verify="greedy", drafters=("ngram-cache",), k=3, adaptive_k=True)}
-    live = LiveSettings(DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=64))
+def run_with_schedule(decoder, prompt: str, start: DecodeSettings, schedule: dict) -> tuple[list[PassEvent], EndEvent]:
+    """Generate, applying `schedule[i]` to the live settings when pass i has been seen."""
+    live = LiveSettings(start)
     seen = []
-    asd_pass = None
     for event in decoder.generate(prompt, live):
         if isinstance(event, PassEvent):
             seen.append(event)
-            if event.verify == "asd":
-                asd_pass = event.index
             if event.index in schedule:
                 live.update(**schedule[event.index])
-    end = event
-    assert isinstance(end, EndEvent) and end.reason == "max_tokens"
+    assert isinstance(event, EndEvent)
+    return seen, event
+
+
+def test_live_drafter_and_k_changes_apply_at_the_next_pass_and_keep_greedy_identity(decoder):
+    prompt = PROMPTS[0]
+    _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
+    schedule = {3: dict(drafters=("layer-skip",), k=2), 6: dict(drafters=(), k=1),
+                9: dict(drafters=("prompt-lookup", "draft-model"), k=5),
+                12: dict(drafters=("ngram-cache",), k=3, adaptive_k=True)}
+    seen, end = run_with_schedule(decoder, prompt, DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=64),
+                                  schedule)
+    assert end.reason == "max_tokens"
     assert seen[4].drafter in ("layer-skip", None) and seen[4].k <= 2
     assert seen[7].drafter is None and seen[7].k == 0
     assert seen[10].drafter in ("prompt-lookup", "draft-model")
-    assert asd_pass == 13
-    if all(p.ledger.exceptions == 0 for p in seen):
-        assert end.token_ids == plain.token_ids
+    assert all(p.drafter in ("ngram-cache", None) for p in seen[13:])
+    assert end.token_ids == plain.token_ids
+
+
+def test_switching_to_asd_and_back_mid_run_keeps_one_request_ledger(decoder):
+    prompt = PROMPTS[0]
+    _, plain = run(decoder, prompt, drafters=(), max_new_tokens=64)
+    asd = dict(budget=50.0, gate=5.0, cap=4)  # generous: the tiny random models rarely agree
+    schedule = {3: dict(verify="asd", asd=asd), 9: dict(verify="greedy")}
+    seen, end = run_with_schedule(decoder, prompt, DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=64),
+                                  schedule)
+    assert end.reason == "max_tokens"
+    assert [p.verify for p in seen[:10]] == ["greedy"] * 4 + ["asd"] * 6
+    assert all(p.verify == "greedy" for p in seen[10:])
+    # Greedy identity holds up to the first ASD pass.
+    switch = seen[4].position
+    assert end.token_ids[:switch] == plain.token_ids[:switch]
+    # One ledger for the whole request: charged only by ASD passes, never beyond B, kept after switching back.
+    exceptions, spent = 0, 0.0
+    for p in seen:
+        kept_exceptions = [t for t in p.drafted if t.outcome == ASD_EXCEPTION]
+        assert p.verify == "asd" or not kept_exceptions
+        exceptions += len(kept_exceptions)
+        assert p.ledger.exceptions == exceptions
+        assert p.ledger.spent == pytest.approx(spent + sum(t.regret for t in kept_exceptions))
+        spent = p.ledger.spent
+        assert p.ledger.budget == (asd["budget"] if p.verify == "asd" else 0.0)
+        assert spent <= asd["budget"] + 1e-9
+        if p.verify == "asd":
+            assert p.detail.asd_remaining == pytest.approx(asd["budget"] - (spent - sum(t.regret for t in kept_exceptions)))
 
 
 def test_identical_drafter_has_every_draft_accepted(tiny_llama):
