@@ -14,19 +14,10 @@ from PySide6.QtWidgets import (
     QListWidget, QListWidgetItem, QRadioButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from app.engine.drafters.registry import DRAFTER_LABELS
 from app.engine.settings import MAX_K, DecodeSettings
 
 THROTTLE_MS = 120
-DRAFTER_LABELS = {
-    "draft-model": "Draft model",
-    "prompt-lookup": "Prompt lookup",
-    "ngram-cache": "N-gram cache",
-    "layer-skip": "Layer skip (self-speculative)",
-    "medusa": "Medusa heads",
-    "mtp": "MTP modules",
-    "eagle": "EAGLE head",
-    "dflash": "DFlash block drafter",
-}
 VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
 NAME_ROLE = Qt.ItemDataRole.UserRole
 
