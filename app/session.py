@@ -12,7 +12,6 @@ pass, c = cost of one draft step relative to one target forward.
 from __future__ import annotations
 
 import csv
-import gc
 import math
 from collections import deque
 from pathlib import Path
@@ -25,7 +24,6 @@ from app.engine.stats import expected_tokens_per_pass, predicted_speedup
 
 REFRESH_MS = 33
 ROLLING_PASSES = 16
-FREEZE_EVERY_PASSES = 256  # at most this many passes of history are ever walked by a collection
 NAN = math.nan
 
 PASS_COLUMNS = (
@@ -93,17 +91,6 @@ class DrafterSeries:
         self.columns.append({"pass": event.index, "alpha_roll": self.rate.rolling, "alpha_cum": self.rate.cumulative})
 
 
-def keep_out_of_collector() -> None:
-    """Put every object alive now out of reach of Python's cyclic garbage collector (gc.freeze, O(1)).
-
-    A full collection walks every tracked object on the GUI thread: with torch and transformers imported
-    and a long run's history (thousands of small event objects) that is 400+ ms of frozen window. The
-    history holds no reference cycles, so reference counting still frees it when the next run begins;
-    frozen, it is simply never walked.
-    """
-    gc.freeze()
-
-
 class Session(QObject):
     """History of the current run; widgets read it when `sig_refresh` fires."""
 
@@ -138,12 +125,7 @@ class Session(QObject):
     def begin(self) -> None:
         """Forget the previous run and start the refresh timer."""
         self.reset()
-        keep_out_of_collector()  # what the app holds already (modules, models, widgets) is never walked
         self._timer.start()
-
-    @property
-    def running(self) -> bool:
-        return self._timer.isActive()
 
     def flush(self) -> None:
         if self._dirty:
@@ -166,7 +148,6 @@ class Session(QObject):
             self._finish(event)
 
     def _finish(self, event: EndEvent) -> None:
-        keep_out_of_collector()
         self.end = event
         self._timer.stop()
         self.flush()  # the last partial tick must reach the widgets before "ended"
@@ -174,8 +155,6 @@ class Session(QObject):
 
     def _add_pass(self, event: PassEvent) -> None:
         self.passes.append(event)
-        if len(self.passes) % FREEZE_EVERY_PASSES == 0:
-            keep_out_of_collector()
         self._text_parts.extend(t.text for t in event.drafted if t.outcome in (ACCEPTED, ASD_EXCEPTION))
         if event.appended is not None:
             self._text_parts.append(event.appended.text)
@@ -219,6 +198,11 @@ class Session(QObject):
     def generated_text(self) -> str:
         if self.end is not None and self.end.text:
             return self.end.text
+        return self.streamed_text
+
+    @property
+    def streamed_text(self) -> str:
+        """The text the passes committed, joined as it arrived (all a failed run leaves)."""
         return "".join(self._text_parts)
 
     @property

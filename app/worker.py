@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from PySide6.QtCore import QThread, Qt, Signal
+from PySide6.QtCore import Qt, QThread, Signal
 
 from app.engine.engine import EngineFactory
 from app.engine.events import EndEvent, RunningStats
@@ -40,9 +40,10 @@ def _forget_python_thread_record() -> None:
     that record reports "alive" forever. Removing it keeps
     `threading.enumerate()` truthful about which threads still run.
     """
-    record = threading._active.get(threading.get_ident())  # noqa: SLF001 - no public API for this
+    active = threading._active  # type: ignore[attr-defined]  # noqa: SLF001 - no public API for this
+    record = active.get(threading.get_ident())
     if isinstance(record, threading._DummyThread):  # noqa: SLF001
-        threading._active.pop(threading.get_ident(), None)  # noqa: SLF001
+        active.pop(threading.get_ident(), None)
 
 
 def error_end_event(error: BaseException, started: float) -> EndEvent:
@@ -108,7 +109,7 @@ class GenerationThread(QThread):
             for event in events:
                 ended = isinstance(event, EndEvent)
                 self._publish(event)
-        except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
+        except Exception as error:  # any failure must reach the window, not kill the thread
             log.exception("generation failed outside the engine's own error handling")
             if not ended:
                 self._publish(error_end_event(error, started))

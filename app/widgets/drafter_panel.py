@@ -1,21 +1,35 @@
 """Drafter chain, K and the verification rule: every control applies live, at the next pass.
 
 Edits are coalesced by a short single-shot timer (a dragged slider makes one
-settings value, not fifty), then `sig_changed` fires; the window builds a
-validated DecodeSettings with `settings_from` and shows any SettingsError
-inline with `show_error` instead of raising.
+settings value, not fifty), then `sig_changed` fires; the window's settings
+model (app/settings_model.py) builds a validated DecodeSettings with
+`settings_from` and shows any SettingsError inline with `show_error` instead
+of raising. `apply` and `set_available` emit nothing: their caller pushes.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QButtonGroup, QCheckBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-    QListWidget, QListWidgetItem, QRadioButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QButtonGroup,
+    QCheckBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QRadioButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.engine.drafters.registry import DRAFTER_LABELS
 from app.engine.settings import MAX_K, DecodeSettings
+from app.widgets.fields import spin_box
 
 THROTTLE_MS = 120
 VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
@@ -92,12 +106,12 @@ class DrafterPanel(QWidget):
             rules.addWidget(button)
         self.rule_buttons.buttons()[0].setChecked(True)
         self.rule_buttons.buttonToggled.connect(self._edited)
-        self.temperature = _dspin(0.01, 10.0, 1.0, 0.05, "temperature applied to target and drafter alike")
-        self.top_k = _ispin(0, 100_000, 0, "top-k (0 = off)")
-        self.top_p = _dspin(0.01, 1.0, 1.0, 0.01, "top-p nucleus")
-        self.budget = _dspin(0.0, 1e6, 8.0, 0.5, "B: regret the whole request may spend")
-        self.gate = _dspin(0.0, 1e3, 0.25, 0.05, "g: largest regret per unit of suffix value")
-        self.cap = _ispin(0, MAX_K, 2, "M: most accepted mismatches in one block")
+        self.temperature = spin_box(0.01, 10.0, 1.0, "temperature applied to target and drafter alike", step=0.05)
+        self.top_k = spin_box(0, 100_000, 0, "top-k (0 = off)")
+        self.top_p = spin_box(0.01, 1.0, 1.0, "top-p nucleus", step=0.01)
+        self.budget = spin_box(0.0, 1e6, 8.0, "B: regret the whole request may spend", step=0.5)
+        self.gate = spin_box(0.0, 1e3, 0.25, "g: largest regret per unit of suffix value", step=0.05)
+        self.cap = spin_box(0, MAX_K, 2, "M: most accepted mismatches in one block")
         for spin in (self.temperature, self.top_k, self.top_p, self.budget, self.gate, self.cap):
             spin.valueChanged.connect(self._edited)
         self.sampling_form = _form(("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p))
@@ -126,7 +140,7 @@ class DrafterPanel(QWidget):
         self.exit_layer.setRange(1, max(1, num_layers - 1))
         self.exit_layer.setValue(min(max(1, default_exit), max(1, num_layers - 1)))
         self.exit_layer.blockSignals(False)
-        self._edited()
+        self._sync_enabled()  # quiet: whoever offers new models pushes the settings once
 
     def _add_item(self, name: str, checked: bool, enabled: bool) -> None:
         item = QListWidgetItem(DRAFTER_LABELS.get(name, name))
@@ -147,7 +161,11 @@ class DrafterPanel(QWidget):
                      if item.checkState() == Qt.CheckState.Checked and item.flags() & Qt.ItemFlag.ItemIsEnabled)
 
     def set_drafters(self, chain: tuple[str, ...]) -> None:
-        """Check exactly `chain` (in that order, first), leaving the other items after it."""
+        """Check exactly `chain` (in that order, first), leaving the other items after it; an edit like the user's."""
+        self._check_chain(chain)
+        self._edited()
+
+    def _check_chain(self, chain: tuple[str, ...]) -> None:
         self.chain.blockSignals(True)
         rows = {self.chain.item(i).data(NAME_ROLE): i for i in range(self.chain.count())}
         for target_row, name in enumerate(n for n in chain if n in rows):
@@ -158,7 +176,6 @@ class DrafterPanel(QWidget):
             on = item.data(NAME_ROLE) in chain and bool(item.flags() & Qt.ItemFlag.ItemIsEnabled)
             item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
         self.chain.blockSignals(False)
-        self._edited()
 
     @property
     def rule(self) -> str:
@@ -185,7 +202,7 @@ class DrafterPanel(QWidget):
         return base.with_changes(**self.changes())
 
     def apply(self, settings: DecodeSettings) -> None:
-        """Show `settings` in the controls without emitting a burst of changes."""
+        """Show `settings` in the controls without emitting any change (the caller pushes them)."""
         widgets = (self.k_spin, self.k_slider, self.adaptive_k, self.temperature, self.top_k, self.top_p,
                    self.budget, self.gate, self.cap, self.rule_buttons, self.exit_layer)
         for widget in widgets:
@@ -204,7 +221,7 @@ class DrafterPanel(QWidget):
             self.exit_layer.setValue(settings.options.layer_skip_exit)
         for widget in widgets:
             widget.blockSignals(False)
-        self.set_drafters(settings.drafters)
+        self._check_chain(settings.drafters)
         self._sync_enabled()
 
     def show_error(self, message: str | None) -> None:
@@ -232,26 +249,6 @@ class DrafterPanel(QWidget):
         self.sampling_form.setEnabled(self.rule == "sample")
         self.asd_form.setEnabled(self.rule == "asd")
         self.exit_layer.setEnabled("layer-skip" in self.checked_drafters())
-
-
-def _dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
-    spin = QDoubleSpinBox()
-    spin.setDecimals(3)
-    spin.setRange(low, high)
-    spin.setSingleStep(step)
-    spin.setValue(value)
-    spin.setToolTip(tip)
-    spin.setKeyboardTracking(False)
-    return spin
-
-
-def _ispin(low: int, high: int, value: int, tip: str) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setRange(low, high)
-    spin.setValue(value)
-    spin.setToolTip(tip)
-    spin.setKeyboardTracking(False)
-    return spin
 
 
 def _form(*rows) -> QWidget:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.engine.engine import ModelsSummary
+
 
 class RunStatusBar(QStatusBar):
     def __init__(self, parent=None) -> None:
@@ -19,12 +21,12 @@ class RunStatusBar(QStatusBar):
         for label in (self.models_label, self.device_label, self.speed_label, self.alpha_label, self.passes_label):
             self.addPermanentWidget(label)
 
-    def show_models(self, models) -> None:
+    def show_models(self, models: ModelsSummary | None) -> None:
         if models is None:
             self.models_label.setText("no models")
             self.device_label.setText("")
             return
-        draft_name = getattr(models, "draft_name", None)
+        draft_name = models.draft_name
         draft = f" ← {short_model_name(draft_name)}" if draft_name else ""
         self.models_label.setText(f"{short_model_name(models.target_name)}{draft}")
         self.models_label.setToolTip(f"target: {models.target_name}" + (f"\ndraft: {draft_name}" if draft_name else ""))

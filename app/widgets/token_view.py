@@ -30,7 +30,7 @@ GHOST_NEWLINE = "↵"
 SOFT_BLOCK = 1500
 HARD_BLOCK = 2000
 # Marks a paragraph that only continues the one before it: copying joins them without a line break.
-CONTINUES = QTextFormat.Property.UserProperty + 1
+CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
 
 
@@ -58,6 +58,10 @@ class TokenView(QPlainTextEdit):
     def set_session(self, session) -> None:
         self._session = session
         session.sig_refresh.connect(self.refresh)
+
+    def token_start(self, index: int) -> int:
+        """Document offset where token `index` (in the order shown) starts."""
+        return self._starts[index]
 
     def _clear_index(self) -> None:
         self._starts: list[int] = []  # document offset where each token starts

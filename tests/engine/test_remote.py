@@ -4,11 +4,14 @@ control, typed errors; and a child that dies, hangs up or is abandoned never tak
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import time
 
 import pytest
 
 from app.engine.decoder import SpeculativeDecoder
+from app.engine.engine import LocalEngine
 from app.engine.errors import ContextTooLongError, ModelLoadError
 from app.engine.events import EndEvent, PassEvent, StartEvent
 from app.engine.loading import load_models
@@ -134,8 +137,21 @@ def test_one_run_at_a_time(engine):
 
 def test_race_runs_in_the_child(engine):
     settings = DecodeSettings(drafters=("draft-model",), k=3, max_new_tokens=16)
-    result = list(engine.racer.generate(PROMPTS[0], settings))[-1]
+    result = list(engine.race(PROMPTS[0], settings))[-1]
     assert isinstance(result, RaceResult) and result.identical
+
+
+def test_the_local_engine_keeps_the_same_contract(engine, local):
+    models, decoder = local
+    here = LocalEngine(models, decoder)
+    assert here.summary == engine.summary and here.alive
+    for token_id in (0, 5, 100):
+        assert here.token_text(token_id) == engine.token_text(token_id)
+    settings = DecodeSettings(drafters=("draft-model",), k=3, max_new_tokens=16)
+    assert list(here.race(PROMPTS[0], settings))[-1].plain.token_ids == \
+        list(engine.race(PROMPTS[0], settings))[-1].plain.token_ids
+    with pytest.raises(SettingsError, match="prompt is empty"):
+        here.generate("   ", DecodeSettings())
 
 
 def test_load_failure_is_the_loaders_typed_error_and_leaves_no_process(tmp_path):
@@ -155,7 +171,7 @@ def test_a_child_that_dies_mid_run_is_a_typed_error(tiny_llama):
     try:
         stream = engine.generate(PROMPTS[0], DecodeSettings(max_new_tokens=400))
         assert isinstance(next(stream), StartEvent)
-        engine._process.kill()  # noqa: SLF001 - what an out-of-memory killer or a crash in native code does
+        os.kill(engine.pid, signal.SIGKILL)  # what an out-of-memory killer or a crash in native code does
         with pytest.raises(EngineProcessError, match="stopped unexpectedly.*Load the models again"):
             for _ in stream:
                 pass

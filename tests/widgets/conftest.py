@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QSettings
 
-from tests.widgets.fakes import FakeDecoder
+from tests.widgets.fakes import FakeEngine
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -19,12 +20,12 @@ def make_window(qtbot, store):
 
     windows = []
 
-    def make(decoder=None, models=None):
+    def make(engine=None):
         window = MainWindow(settings=store, engine_process=False)  # in-process models, so tests can patch them
         qtbot.addWidget(window)
         window.show()  # offscreen: paints and lays out like a real session
-        if decoder is not None:
-            window.set_models(models or decoder.models, decoder)
+        if engine is not None:
+            window.set_engine(engine)
         windows.append(window)
         return window
 
@@ -35,23 +36,20 @@ def make_window(qtbot, store):
 
 @pytest.fixture
 def fake_window(make_window):
-    return make_window(FakeDecoder())
+    return make_window(FakeEngine())
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_llama):
-    """Real engine on the tiny random llama pair: (models, decoder)."""
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.loading import load_models
+    """Real engine in this process on the tiny random llama pair."""
+    from app.engine.engine import LocalEngine
 
     target, draft = tiny_llama
-    models = load_models(str(target), str(draft), device="cpu", dtype="float32")
-    return models, SpeculativeDecoder(models)
+    return LocalEngine.load(dict(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
 
 
 @pytest.fixture
 def real_window(make_window, tiny_engine):
-    models, decoder = tiny_engine
-    window = make_window(decoder, models)
+    window = make_window(tiny_engine)
     window.controls.prompt.setPlainText("def add(a, b):")
     return window

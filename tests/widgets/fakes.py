@@ -1,9 +1,10 @@
-"""A fake decoder that yields engine-shaped events without a model.
+"""A fake engine that yields engine-shaped events without a model.
 
-It honours the same contract as `SpeculativeDecoder.generate`: settings are
-read from the LiveSettings holder at every pass, `control.wait_for_turn()` is
-checked between passes, and an EndEvent always comes last. Used for fast,
-deterministic widget tests (long streams, exotic outcomes, failures).
+It implements the `Engine` protocol (app/engine/engine.py) as the real ones
+do: settings are read from the LiveSettings holder at every pass,
+`control.wait_for_turn()` is checked between passes, and an EndEvent always
+comes last. Used for fast, deterministic widget tests (long streams, exotic
+outcomes, failures).
 """
 
 from __future__ import annotations
@@ -11,29 +12,51 @@ from __future__ import annotations
 import random
 import time
 
+from app.engine.engine import ModelsSummary
 from app.engine.events import (
-    ACCEPTED, ASD_EXCEPTION, BONUS, REJECTED, RESAMPLED, TARGET, AppendedToken, DraftedToken, EndEvent,
-    Ledger, PassEvent, RunningStats, StartEvent, Timing,
+    ACCEPTED,
+    ASD_EXCEPTION,
+    BONUS,
+    REJECTED,
+    RESAMPLED,
+    TARGET,
+    AppendedToken,
+    DraftedToken,
+    EndEvent,
+    Ledger,
+    PassEvent,
+    RunningStats,
+    StartEvent,
+    Timing,
 )
 
 WORDS = ["the", " cat", " sat", " on", " a", " mat", ".", "\n", " <b>", " fox", " 🙂", " jumps"]
 
 
-class FakeModels:
-    target_name = "fake-target"
-    draft_name = "fake-draft"
-    device = "cpu"
-    dtype = "float32"
-    available_drafters = ("draft-model", "prompt-lookup", "ngram-cache", "layer-skip")
-    num_layers = 4
-    default_exit_layer = 1
+FAKE_SUMMARY = ModelsSummary(target_name="fake-target", draft_name="fake-draft", device="cpu", dtype="float32",
+                             available_drafters=("draft-model", "prompt-lookup", "ngram-cache", "layer-skip"),
+                             num_layers=4, default_exit_layer=1, context_length=100_000)
 
 
-class FakeDecoder:
-    def __init__(self, models=None, fail_after: int | None = None, pass_delay_s: float = 0.0) -> None:
-        self.models = models or FakeModels()
+class FakeEngine:
+    def __init__(self, fail_after: int | None = None, pass_delay_s: float = 0.0) -> None:
+        self.summary = FAKE_SUMMARY
         self.fail_after = fail_after
         self.pass_delay_s = pass_delay_s
+        self.closed = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed
+
+    def token_text(self, token_id: int) -> str:
+        return WORDS[token_id] if 0 <= token_id < len(WORDS) else ""
+
+    def close(self) -> None:
+        self.closed = True
+
+    def race(self, prompt, live, control=None, chat_template=False):
+        raise NotImplementedError("the fake engine does not race; the race tests use the real engine")
 
     def generate(self, prompt, live, control, chat_template=False):
         rng = random.Random(live.get().seed)

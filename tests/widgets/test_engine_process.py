@@ -5,12 +5,14 @@ started again, and closing that ends it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from app.engine.remote import EngineProcess, ModelsSummary
+from app.engine.engine import ModelsSummary
+from app.engine.remote import EngineProcess
 from app.widgets.inspector import COL_TARGET
 from tests.widgets.helpers import RUN_MS, run_to_end, wait_for_passes
 
@@ -31,7 +33,7 @@ def process_window(qtbot, store):
 def load(qtbot, window, request: dict) -> None:
     with qtbot.waitSignal(window.sig_models_changed, timeout=LOAD_MS):
         assert window.load_models_async(request) is not None
-    qtbot.waitUntil(lambda: window._loader is None, timeout=RUN_MS)
+    qtbot.waitUntil(lambda: not window.is_loading, timeout=RUN_MS)
 
 
 def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_llama, tmp_path):
@@ -39,8 +41,8 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
     target, draft = tiny_llama
     request = dict(target=str(target), draft=str(draft), device="cpu", dtype="float32")
     load(qtbot, window, request)
-    engine = window.decoder
-    assert isinstance(engine, EngineProcess) and engine.alive and isinstance(window.models, ModelsSummary)
+    engine = window.engine
+    assert isinstance(engine, EngineProcess) and engine.alive and isinstance(window.summary, ModelsSummary)
     assert "draft-model" in window.drafters.chain_order()
     assert window.status.models_label.text() == f"{target.parent.name}/{target.name} ← {draft.parent.name}/{draft.name}"
     assert str(target) in window.status.models_label.toolTip()
@@ -69,33 +71,33 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
     assert window.race_view.timeline.result is not None and window.race_view.timeline.result.identical
 
     assert window.load_models_async(dict(request, target=str(tmp_path / "missing"))) is not None
-    qtbot.waitUntil(lambda: window._loader is None, timeout=LOAD_MS)
+    qtbot.waitUntil(lambda: not window.is_loading, timeout=LOAD_MS)
     assert "Could not load the models" in window.banner.text() and "Still using" in window.banner.text()
-    assert window.decoder is engine and engine.alive
+    assert window.engine is engine and engine.alive
     run_to_end(qtbot, window)
     assert window.session.end.reason in ("max_tokens", "eos")
 
     load(qtbot, window, request)
-    replacement = window.decoder
+    replacement = window.engine
     assert replacement is not engine and replacement.alive and not engine.alive
 
-    replacement._process.kill()  # noqa: SLF001 - what an out-of-memory killer does
+    os.kill(replacement.pid, signal.SIGKILL)  # what an out-of-memory killer does
     qtbot.waitUntil(lambda: not replacement.alive)
     with qtbot.waitSignal(window.sig_models_changed, timeout=LOAD_MS):
         assert not window.start_generation()  # Generate on a dead engine loads the models again
         assert "loading again" in window.banner.text()
-    qtbot.waitUntil(lambda: window._loader is None, timeout=RUN_MS)
-    assert window.decoder is not replacement and window.decoder.alive
+    qtbot.waitUntil(lambda: not window.is_loading, timeout=RUN_MS)
+    assert window.engine is not replacement and window.engine.alive
     run_to_end(qtbot, window)
     assert window.session.end.reason in ("max_tokens", "eos")
-    restarted = window.decoder
+    restarted = window.engine
     window.close()
     assert not restarted.alive
 
 
 def test_the_windows_process_needs_neither_torch_nor_transformers():
     """The models live in the engine process: the window starts fast and small without them."""
-    check = ("import sys; import app.cli, app.main_window, app.worker, app.engine.remote; "
+    check = ("import sys; import app.cli, app.main_window, app.launch, app.runs, app.worker, app.engine.remote; "
              "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
              "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120,

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QSpinBox
 from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.settings import DecodeSettings
 from tests.engine.helpers import fail_on_call
-from tests.widgets.fakes import FakeDecoder
+from tests.widgets.fakes import FakeEngine
 from tests.widgets.helpers import RUN_MS, run_to_end, wait_for_passes
 
 ODD_PROMPT = "emoji 🙂👩‍👩‍👧 مرحبا שלום e\u0301 a\u0308 ctl\x07\x1b[0m\ttab\u202e"
@@ -63,23 +63,24 @@ def test_invalid_numbers_in_every_field_never_make_invalid_settings(qtbot, fake_
 
 def test_unknown_device_and_dtype_in_the_model_dialog(qtbot, real_window):
     window = real_window
-    models = window.models
+    engine = window.engine
     for device, dtype, expected in (("gpu", "auto", "unknown device"), ("cpu", "float8", "unknown dtype")):
         dialog = window.open_model_dialog()
         dialog.preset.setCurrentIndex(dialog.preset.count() - 1)
-        dialog.target.setText(models.target_name)
+        dialog.target.setText(engine.summary.target_name)
         dialog.device.setCurrentText(device)
         dialog.dtype.setCurrentText(dtype)
         dialog.load_button.click()
-        qtbot.waitUntil(lambda: window._loader is None, timeout=RUN_MS)
+        qtbot.waitUntil(lambda: not window.is_loading, timeout=RUN_MS)
         assert expected in dialog.message.text(), dialog.message.text()
-        assert window.models is models
+        assert window.engine is engine
         dialog.close()
 
 
-def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real_window, monkeypatch, tmp_path):
+def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real_window, tiny_engine, monkeypatch,
+                                                                      tmp_path):
     window = real_window
-    target = window.decoder.target
+    target = tiny_engine.decoder.target
     monkeypatch.setattr(target, "extend", fail_on_call(6, torch.OutOfMemoryError("CUDA out of memory"))(target.extend))
     window.controls.max_tokens.setValue(60)
     run_to_end(qtbot, window)
@@ -102,7 +103,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_windo
     import app.engine.loading as loading
 
     window = real_window
-    models = window.models
+    engine = window.engine
 
     def exhausted(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB")
@@ -110,11 +111,11 @@ def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_windo
     monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", exhausted)
     dialog = window.open_model_dialog()
     dialog.preset.setCurrentIndex(dialog.preset.count() - 1)
-    dialog.target.setText(models.target_name)
+    dialog.target.setText(engine.summary.target_name)
     dialog.load_button.click()
-    qtbot.waitUntil(lambda: window._loader is None, timeout=RUN_MS)
+    qtbot.waitUntil(lambda: not window.is_loading, timeout=RUN_MS)
     assert "out of memory" in dialog.message.text() and "memory was released" in dialog.message.text()
-    assert window.models is models and "Still using" in window.banner.text()
+    assert window.engine is engine and "Still using" in window.banner.text()
     dialog.close()
     monkeypatch.undo()
     window.controls.max_tokens.setValue(6)
@@ -151,11 +152,11 @@ def test_stop_during_a_slow_pass_keeps_the_text_and_exports_every_pass(qtbot, re
 
 
 def test_text_of_a_failed_run_stays_in_the_view_and_can_be_copied(qtbot, make_window):
-    window = make_window(FakeDecoder(fail_after=5))
+    window = make_window(FakeEngine(fail_after=5))
     window.controls.prompt.setPlainText("keep me")
     run_to_end(qtbot, window)
     assert window.session.end.reason == "error"
-    expected = "".join(part for part in window.session._text_parts)  # noqa: SLF001
+    expected = window.session.streamed_text
     assert expected and window.copy_generated_text() == expected
     window.token_view.selectAll()
     window.token_view.copy()
@@ -175,16 +176,16 @@ def test_closing_while_models_load_returns_promptly_and_discards_the_result(qtbo
         raise AssertionError("the load should have been abandoned")
 
     monkeypatch.setattr(loading, "load_models", slow_load)
-    window = make_window(FakeDecoder())
-    models = window.models
+    window = make_window(FakeEngine())
+    engine = window.engine
     window.load_models_async(dict(target="slow", draft=None, device="cpu", dtype="auto"))
     qtbot.waitUntil(lambda: len(steps) >= 2, timeout=RUN_MS)
     started = time.monotonic()
     window.close()
     assert time.monotonic() - started < 1.0
-    assert window._loader is None and window.models is models
+    assert not window.is_loading and window.engine is engine
     QApplication.processEvents()
-    assert window.models is models and len(steps) < 10
+    assert window.engine is engine and len(steps) < 10
 
 
 @pytest.mark.parametrize("key, value", [
@@ -201,7 +202,7 @@ def test_closing_while_models_load_returns_promptly_and_discards_the_result(qtbo
 def test_corrupted_settings_values_are_ignored_with_a_warning(qtbot, make_window, store, key, value):
     store.setValue(key, value)
     store.sync()
-    window = make_window(FakeDecoder())
+    window = make_window(FakeEngine())
     assert window.live.get().k == DecodeSettings().k
     assert window.model_request["target"] is None
     window.controls.prompt.setPlainText("still works")

@@ -10,10 +10,19 @@ from app.engine.race import PLAIN, SPECULATIVE
 from app.engine.settings import MAX_K
 from app.widgets.guide import READY_PROMPTS
 from app.widgets.inspector import (
-    COL_ACCEPT, COL_CAP, COL_P, COL_Q, COL_RATIO, COL_REGRET, COL_SUFFIX, COL_TARGET, COL_U, number_text,
+    COL_ACCEPT,
+    COL_CAP,
+    COL_P,
+    COL_Q,
+    COL_RATIO,
+    COL_REGRET,
+    COL_SUFFIX,
+    COL_TARGET,
+    COL_U,
+    number_text,
 )
 from app.widgets.theory import MeasuredPoint, TheoryExplorer
-from tests.widgets.fakes import FakeDecoder
+from tests.widgets.fakes import FakeEngine
 from tests.widgets.helpers import RUN_MS, run_to_end, wait_for_passes
 
 
@@ -47,7 +56,7 @@ def test_step_mode_runs_exactly_one_pass_per_step_and_inspects_it(qtbot, real_wi
         window.step_action.trigger()
         wait_for_passes(qtbot, window, steps)
         assert len(window.session.passes) == steps  # not one more
-        qtbot.waitUntil(lambda: window.inspector.inspection is not None
+        qtbot.waitUntil(lambda steps=steps: window.inspector.inspection is not None
                         and window.inspector.inspection.event.index == steps - 1, timeout=2_000)
 
     with qtbot.waitSignal(window.sig_run_finished, timeout=RUN_MS):
@@ -98,7 +107,7 @@ def test_inspector_numbers_and_residual_under_sampling(qtbot, real_window):
     entries = event.detail.residual
     assert shown["residual"] == [e.r for e in entries] + [event.detail.residual_other]
     assert sum(shown["residual"]) == pytest.approx(1.0, abs=1e-6)
-    for p, q, r in zip(shown["p"], shown["q"], shown["residual"]):
+    for p, q, r in zip(shown["p"], shown["q"], shown["residual"], strict=False):
         if q >= p:
             assert r == 0.0
     assert any(r > 0 for r in shown["residual"])
@@ -259,7 +268,7 @@ def test_generation_waits_while_a_race_runs(qtbot, real_window):
 
 
 def test_guide_opens_on_first_launch_and_sets_up_ready_prompts(qtbot, make_window, store):
-    window = make_window(FakeDecoder())
+    window = make_window(FakeEngine())
     assert window.guide_dock.isVisible()
     html = window.guide.browser.toHtml()
     for words in ("accepted draft", "E(α, K)", "min(1, p(x) / q(x))", "Ready prompts"):

@@ -6,7 +6,6 @@ import csv
 import json
 
 import pytest
-
 from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication
@@ -16,7 +15,7 @@ from app.session import Session
 from app.widgets import token_style as ts
 from app.widgets.token_view import TokenView, tooltip_text
 from tests.widgets import fakes
-from tests.widgets.fakes import FakeDecoder
+from tests.widgets.fakes import FakeEngine
 from tests.widgets.helpers import format_at, fragment_outcomes, run_to_end
 
 
@@ -44,7 +43,7 @@ def test_exports_are_valid(qtbot, fake_window, tmp_path):
 
 
 def test_engine_failure_is_shown_and_the_window_stays_usable(qtbot, make_window):
-    window = make_window(FakeDecoder(fail_after=3))
+    window = make_window(FakeEngine(fail_after=3))
     window.controls.prompt.setPlainText("keep me")
     run_to_end(qtbot, window)
     assert window.session.end.reason == "error"
@@ -52,7 +51,7 @@ def test_engine_failure_is_shown_and_the_window_stays_usable(qtbot, make_window)
     assert window.token_view.token_count > 0  # the text so far is kept
     assert window.controls.prompt_text == "keep me"
 
-    window.set_models(window.models, FakeDecoder())
+    window.set_engine(FakeEngine())
     run_to_end(qtbot, window)
     assert window.session.end.reason == "max_tokens"
 
@@ -61,7 +60,7 @@ def test_generate_without_prompt_or_models_explains_why(qtbot, make_window):
     window = make_window()
     assert not window.start_generation()
     assert "models" in window.banner.text()
-    window.set_models(FakeDecoder().models, FakeDecoder())
+    window.set_engine(FakeEngine())
     assert not window.start_generation()  # empty prompt
     assert "prompt" in window.banner.text()
 
@@ -78,14 +77,14 @@ def test_ctrl_enter_generates(qtbot, fake_window):
 
 
 def test_settings_persist_between_launches(qtbot, make_window, store):
-    first = make_window(FakeDecoder())
+    first = make_window(FakeEngine())
     first.drafters.k_spin.setValue(7)
     first.drafters.set_rule("sample")
     first.drafters.flush()
     first.controls.prompt.setPlainText("remember me")
     first.close()
 
-    second = make_window(FakeDecoder())
+    second = make_window(FakeEngine())
     assert second.live.get().k == 7 and second.live.get().verify == "sample"
     assert second.drafters.k_spin.value() == 7
     assert second.controls.prompt_text == "remember me"
@@ -95,7 +94,7 @@ def test_corrupted_settings_are_ignored(qtbot, make_window, store, caplog):
     store.setValue("decode/settings", "{not json")
     store.setValue("models/request", "[1, 2]")
     store.sync()
-    window = make_window(FakeDecoder())
+    window = make_window(FakeEngine())
     assert window.live.get() == DecodeSettings().with_changes(**window.drafters.changes())
     assert window.model_request["target"] is None
     assert sum("Saved settings ignored" in r.getMessage() for r in caplog.records) == 2
@@ -116,7 +115,7 @@ def test_unreadable_settings_file_is_ignored(qtbot, tmp_path):
 def fake_session(qtbot, passes: int, verify: str = "asd") -> Session:
     session = Session()
     live = LiveSettings(DecodeSettings(verify=verify, max_new_tokens=10**6))
-    events = FakeDecoder().generate("prompt ", live, GenerationControl())
+    events = FakeEngine().generate("prompt ", live, GenerationControl())
     session.on_event(next(events))
     for _ in range(passes):
         session.on_event(next(events))
@@ -135,7 +134,7 @@ def test_token_view_formats_tooltips_and_clicks(qtbot):
     assert {ts.ACCEPTED, ts.REJECTED, ts.ASD_EXCEPTION, ts.RESAMPLED} <= fragment_outcomes(view)
     struck = [i for i in range(view.token_count) if view.token_info(i)[1].__class__.__name__ == "DraftedToken"
               and view.token_info(i)[1].outcome == "rejected"]
-    fmt = format_at(view, view._starts[struck[0]])
+    fmt = format_at(view, view.token_start(struck[0]))
     assert fmt.fontStrikeOut() and fmt.fontItalic()
 
     event, token = view.token_info(struck[0])
@@ -143,16 +142,17 @@ def test_token_view_formats_tooltips_and_clicks(qtbot):
     assert f"pass {event.index}" in tip and "p(x)" in tip and "regret" in tip and "min(1, p/q)" in tip
 
     index = view.token_count // 2
-    rect = view.cursorRect(_cursor_at(view, view._starts[index]))
+    rect = view.cursorRect(_cursor_at(view, view.token_start(index)))
     with qtbot.waitSignal(view.sig_pass_selected, timeout=1_000) as blocker:
         qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.x() + 2, rect.center().y()))
-    assert blocker.args == [view.token_info(view.token_at(view._starts[index]))[0].index]
+    assert blocker.args == [view.token_info(view.token_at(view.token_start(index)))[0].index]
 
     view.set_hide_rejected(True)
     assert ts.REJECTED not in fragment_outcomes(view)
 
 
-@pytest.mark.parametrize("words", [None, ["数", "字", "ab", "(", ")", "0"], ["abcdefgh", "数字数字数字数字"] * 200 + ["\n"]],
+@pytest.mark.parametrize("words", [None, ["数", "字", "ab", "(", ")", "0"],
+                                   ["abcdefgh", "数字数字数字数字"] * 200 + ["\n"]],
                          ids=["prose", "no-spaces", "long-lines"])
 def test_token_view_keeps_paragraphs_short_over_20000_tokens(qtbot, monkeypatch, words):
     """What keeps appending and painting cheap at any length: no paragraph grows past about 2,000 characters
@@ -164,7 +164,7 @@ def test_token_view_keeps_paragraphs_short_over_20000_tokens(qtbot, monkeypatch,
     qtbot.addWidget(view)
     view.set_session(session)
     view.show()
-    events = FakeDecoder().generate("p", LiveSettings(DecodeSettings(max_new_tokens=10**6)), GenerationControl())
+    events = FakeEngine().generate("p", LiveSettings(DecodeSettings(max_new_tokens=10**6)), GenerationControl())
     next(events)
     while view.token_count < 20_000:
         for _ in range(50):  # one refresh tick's worth of passes
@@ -175,9 +175,9 @@ def test_token_view_keeps_paragraphs_short_over_20000_tokens(qtbot, monkeypatch,
         longest = max(longest, block.length())
         block = block.next()
     assert longest <= 2_000 + 16  # + the token that crossed the limit, + the paragraph separator
-    for position in range(view._starts[0], view.document().characterCount() - 1, 97):
+    for position in range(view.token_start(0), view.document().characterCount() - 1, 97):
         index = view.token_at(position)
-        assert index is not None and view._starts[index] <= position
+        assert index is not None and view.token_start(index) <= position
     # Copying shows the text's own line breaks, and none of the splits the view made for speed.
     kept = [view.token_info(i)[1] for i in range(view.token_count)]
     line_breaks = session.start.prompt_text.count("\n") + sum(

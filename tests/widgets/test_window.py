@@ -10,7 +10,6 @@ from app.widgets import token_style as ts
 from tests.widgets.helpers import RUN_MS, fragment_outcomes, run_to_end, wait_for_passes
 
 
-
 def expected_styles(passes: list[PassEvent], hide_rejected: bool = False) -> set[str]:
     styles = set()
     for event in passes:
@@ -101,16 +100,16 @@ def test_paused_run_stops_when_the_window_closes(qtbot, real_window):
 
 def test_load_error_keeps_the_previous_models(qtbot, real_window, tmp_path):
     window = real_window
-    models = window.models
+    engine = window.engine
     dialog = window.open_model_dialog()  # a child of the window: closed with it
     dialog.preset.setCurrentIndex(dialog.preset.count() - 1)  # custom
     dialog.target.setText(str(tmp_path / "no-such-model"))
     dialog.draft.setText("")
     dialog.load_button.click()
-    qtbot.waitUntil(lambda: not dialog.loading and window._loader is None, timeout=RUN_MS)
+    qtbot.waitUntil(lambda: not dialog.loading and not window.is_loading, timeout=RUN_MS)
     assert dialog.isVisible(), dialog.message.text()
     assert "no-such-model" in dialog.message.text(), dialog.message.text()
-    assert window.models is models
+    assert window.engine is engine
     assert window.banner.isVisible() and "Still using" in window.banner.text()
 
     window.controls.max_tokens.setValue(4)
@@ -122,7 +121,7 @@ def test_load_error_keeps_the_previous_models(qtbot, real_window, tmp_path):
 def test_screenshot_renders_a_real_generation(qtbot, tiny_llama, tmp_path):
     from PySide6.QtGui import QImage
 
-    from app.main_window import render_screenshot
+    from app.launch import render_screenshot
 
     target, draft = tiny_llama
     path = tmp_path / "shot.png"
