@@ -18,20 +18,15 @@ plot's width and long bar series are binned, so a paint stays the same size at
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.widgets import on_screen
+from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
-# Redrawing five plots costs far more than appending tokens (axes, paths,
-# Python paint code on the GUI thread), so charts
-# redraw at most this often, even though the session ticks at ~30 Hz.
-MIN_REDRAW_MS = 250
 PLOT_COUNT = 5
 STAGGER_MS = MIN_REDRAW_MS // PLOT_COUNT  # one plot per turn: each plot is redrawn every MIN_REDRAW_MS
 # The x axes grow in these steps, so axis ticks are not re-laid out every tick.
@@ -49,14 +44,11 @@ class RunCharts(QWidget):
         super().__init__(parent)
         self._session = None
         self._from_row = 0  # rows before this were cleared from view
-        self._drawn_at = 0.0
         self._x_spans: dict[int, tuple[float, float]] = {}  # plot index -> its stepped x range
         self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
         self._turn = 0  # the plot whose turn is next
         self._drawn_rows = [-1] * PLOT_COUNT  # series size each plot last showed
-        self._pending = QTimer(self)
-        self._pending.setSingleShot(True)
-        self._pending.timeout.connect(self._draw_next_plot)
+        self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground(None)
         self._build_plots()
@@ -130,13 +122,8 @@ class RunCharts(QWidget):
 
     def request_refresh(self) -> None:
         """Redraw the next plot now, or STAGGER_MS after the previous one; not at all while hidden."""
-        if not self._on_screen() or self._pending.isActive():
-            return
-        wait_ms = STAGGER_MS - 1000 * (time.monotonic() - self._drawn_at)
-        if wait_ms <= 0:
-            self._draw_next_plot()
-        else:
-            self._pending.start(int(wait_ms))
+        if self._on_screen():
+            self._throttle.request()
 
     def _on_screen(self) -> bool:
         return on_screen(self)
@@ -146,11 +133,11 @@ class RunCharts(QWidget):
         behind = self._plots_behind()
         if not behind:
             return  # nothing arrived since every plot was drawn
-        self._drawn_at = time.monotonic()
+        self._throttle.drawn()
         self._draw(behind[0])
         self._turn = (behind[0] + 1) % PLOT_COUNT
         if len(behind) > 1:
-            self._pending.start(STAGGER_MS)
+            self._throttle.again_later()
 
     def _plots_behind(self) -> list[int]:
         """Plots not showing the session's latest pass, in turn order from the next plot's turn."""
@@ -183,8 +170,7 @@ class RunCharts(QWidget):
         """Redraw every plot now (a run's start and end, clear, export)."""
         if self._session is None:
             return
-        self._pending.stop()
-        self._drawn_at = time.monotonic()
+        self._throttle.drawn()
         for index in range(PLOT_COUNT):
             self._draw(index)
 
@@ -283,7 +269,8 @@ class RunCharts(QWidget):
         curves = {"alpha": self.overall_alpha, "tokens_theory": self.tokens_theory, "ledger": self.ledger_spent,
                   "tokens_per_s": self.tokens_per_s, "speedup_measured": self.speedup_measured,
                   "speedup_predicted": self.speedup_predicted}
-        counts = {name: len(curve.getData()[0] if curve.getData()[0] is not None else []) for name, curve in curves.items()}
+        counts = {name: len(curve.getData()[0] if curve.getData()[0] is not None else [])
+                  for name, curve in curves.items()}
         bars_y = self.tokens_bars.getData()[1]
         counts["tokens_bars"] = 0 if bars_y is None else len(bars_y)
         return counts

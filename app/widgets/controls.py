@@ -5,8 +5,16 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox, QFormLayout, QHBoxLayout, QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox,
+    QFormLayout,
+    QHBoxLayout,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
 )
+
+from app.widgets.fields import spin_box
 
 MAX_TOKENS_LIMIT = 100_000
 
@@ -33,8 +41,8 @@ class ControlsPanel(QWidget):
         self.pause_button.setCheckable(True)
         self.step_button = QPushButton("Step")
         self.step_button.setToolTip("Run exactly one more pass while paused")
-        self.max_tokens = _spin(1, MAX_TOKENS_LIMIT, 128, "max new tokens")
-        self.seed = _spin(0, 2**31 - 1, 0, "seed of the sampler")
+        self.max_tokens = spin_box(1, MAX_TOKENS_LIMIT, 128, "max new tokens")
+        self.seed = spin_box(0, 2**31 - 1, 0, "seed of the sampler")
         self.chat_template = QCheckBox("Apply the chat template")
         self.chat_template.setToolTip("Wrap the prompt in the tokenizer's chat template (instruction-tuned models)")
         self._layout()
@@ -92,12 +100,3 @@ class ControlsPanel(QWidget):
     @property
     def prompt_text(self) -> str:
         return self.prompt.toPlainText()
-
-
-def _spin(low: int, high: int, value: int, tip: str) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setRange(low, high)
-    spin.setValue(value)
-    spin.setToolTip(tip)
-    spin.setKeyboardTracking(False)  # one change per finished edit, not per keystroke
-    return spin

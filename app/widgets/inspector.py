@@ -23,7 +23,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -74,8 +81,8 @@ class BarChart(pg.PlotWidget):
         self.addLegend(offset=(5, 5))
         self.width_each = 0.8 / len(names)
         self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
-                       for name, colour in zip(names, colours)}
-        self.colours = dict(zip(names, colours))
+                       for name, colour in zip(names, colours, strict=False)}
+        self.colours = dict(zip(names, colours, strict=False))
         for item in self.series.values():
             self.addItem(item)
 
@@ -89,7 +96,7 @@ class BarChart(pg.PlotWidget):
             pens = [HIGHLIGHT_PEN if i == highlight else pg.mkPen(None) for i in np.flatnonzero(shown)] or None
             item.setOpts(x=x[shown] + offset, height=heights[shown], width=self.width_each,
                          brush=self.colours[name], pens=pens)
-        self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels))])
+        self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels, strict=True))])
         self.setXRange(-0.6, max(len(labels), 1) - 0.4, padding=0)
         tallest = max((v for vs in values.values() for v in vs if not math.isnan(v)), default=1.0)
         self.setYRange(0, max(tallest, 0.02) * 1.1, padding=0)  # small probabilities stay readable
@@ -233,8 +240,7 @@ class PassInspector(QWidget):
     def _fill_position(self, position: PositionView, verify: str) -> None:
         row, token = position.index, position.token
         self._set(row, COL_POS, str(row + 1), row + 1)
-        self._set(row, COL_TOKEN, token_label(token.text, token.id), token.id, ts.ACCEPTED
-                  if token.outcome == "accepted" else token.outcome)
+        self._set(row, COL_TOKEN, token_label(token.text, token.id), token.id, token.outcome)
         self._set_number(row, COL_P, token.p)
         self._set_number(row, COL_Q, token.q)
         if token.q is None:

@@ -16,22 +16,28 @@ the highest predicted speedup for the measured alpha and c.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
-from app.widgets import on_screen
 from app.engine.settings import MAX_K
 from app.engine.stats import GenerationStats, expected_tokens_per_pass, optimal_k, predicted_speedup
+from app.widgets import on_screen
+from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 ALPHAS = np.linspace(0.0, 1.0, 201)
-MIN_REDRAW_MS = 250  # as the run charts: theory plots need not follow every tick
 CURVE_COLOUR = "#0072B2"
 BEST_COLOUR = "#009E73"
 MEASURED_COLOUR = "#D55E00"
@@ -77,11 +83,8 @@ class TheoryExplorer(QWidget):
         self._session = None
         self._stats = GenerationStats()  # fed with the session's passes, for the per-position rates
         self._fed = 0
-        self._drawn_at = 0.0
         self.measured = MeasuredPoint()
-        self._pending = QTimer(self)
-        self._pending.setSingleShot(True)
-        self._pending.timeout.connect(self.refresh)
+        self._throttle = RedrawThrottle(MIN_REDRAW_MS, self.refresh, self)
         self._build_controls()
         self._build_plots()
         self.summary = QLabel()
@@ -165,13 +168,8 @@ class TheoryExplorer(QWidget):
 
     def request_refresh(self) -> None:
         """Redraw at most every MIN_REDRAW_MS, and only while visible."""
-        if not on_screen(self):
-            return
-        wait_ms = MIN_REDRAW_MS - 1000 * (time.monotonic() - self._drawn_at)
-        if wait_ms <= 0:
-            self.refresh()
-        elif not self._pending.isActive():
-            self._pending.start(int(wait_ms))
+        if on_screen(self):
+            self._throttle.request()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -179,8 +177,7 @@ class TheoryExplorer(QWidget):
 
     def refresh(self) -> None:
         """Read the session's latest figures and redraw."""
-        self._pending.stop()
-        self._drawn_at = time.monotonic()
+        self._throttle.drawn()
         self._feed_passes()
         self.set_measured(measured_from(self._session))
 

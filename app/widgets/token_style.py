@@ -4,7 +4,9 @@ Colour never carries the meaning alone: every outcome also differs in
 weight, slant, underline style or strike-through, so the stream reads the
 same in greyscale. Each theme (light / dark) has its own colours so both
 stay readable. Every format carries its outcome name in a user property,
-which lets tests and the tooltip ask a fragment what it is.
+which lets tests and the tooltip ask a fragment what it is. The outcome
+names are the engine's own (app/engine/events.py); only the prompt is the
+view's.
 """
 
 from __future__ import annotations
@@ -13,14 +15,12 @@ from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
 
-OUTCOME_PROPERTY = QTextFormat.UserProperty + 1
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, REJECTED, RESAMPLED, TARGET
+
+# The view's own properties of text formats, one id each.
+OUTCOME_PROPERTY = QTextFormat.Property.UserProperty + 1  # char format: the outcome name of a token's text
+CONTINUES_PROPERTY = QTextFormat.Property.UserProperty + 2  # block format: a paragraph split only for speed
 PROMPT = "prompt"
-ACCEPTED = "accepted"
-REJECTED = "rejected"
-RESAMPLED = "resampled"
-BONUS = "bonus"
-ASD_EXCEPTION = "asd_exception"
-TARGET = "target"
 STYLE_NAMES = (PROMPT, ACCEPTED, REJECTED, RESAMPLED, BONUS, ASD_EXCEPTION, TARGET)
 
 LABELS = {
