@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QTextCursor, QTextCharFormat
+from PySide6.QtGui import QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPlainTextEdit, QWidget
 
 from app.widgets import token_style as ts
