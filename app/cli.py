@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_gui(sys.argv[:1], target=getattr(args, "target", None), draft=getattr(args, "draft_model", None),
                        device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))
-    except Exception as exc:  # noqa: BLE001 - typed engine errors become one line
+    except Exception as exc:
         from app.engine.errors import EngineError
         from app.engine.settings import SettingsError
 

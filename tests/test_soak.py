@@ -1,5 +1,6 @@
 """The soak checks of tools/soak.py at a size the suite can afford: a long run in the window with live charts,
-consecutive generations, and the window-vs-headless comparison. Full size: `python tools/soak.py` (figures in the project's notes)."""
+consecutive generations, and the window-vs-headless comparison. Full size: `python tools/soak.py` (figures in the
+project's notes)."""
 
 from __future__ import annotations
 

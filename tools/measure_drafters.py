@@ -142,7 +142,8 @@ def speed(models, names, prompts: list[str], repeats: int, max_new: int) -> dict
     summary = {}
     for name, by_prompt in runs.items():
         first = [by_prompt[p][0] for p in prompts]
-        assert all(r["tokens"] == reference[p][0]["tokens"] for p, r in zip(prompts, first)), name  # greedy identity
+        identical = all(r["tokens"] == reference[p][0]["tokens"] for p, r in zip(prompts, first, strict=True))
+        assert identical, name  # greedy identity
         seconds = sum(statistics.median(r["seconds"] for r in by_prompt[p]) for p in prompts)
         drafted = sum(r["drafted"] for r in first)
         cs = [r["c"] for p in prompts for r in by_prompt[p] if r["c"] is not None]

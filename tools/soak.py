@@ -254,7 +254,7 @@ def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
             samples.append({"run": run + 1, "threads": threading.active_count(), "gc_objects": tracked_objects(),
                             "qobjects": len(window.findChildren(QObject)), "rss_mb": round(rss_mb(), 1),
                             "session_events": len(window.session.events),
-                            # noqa: SLF001 - a diagnostic; an engine process keeps its drafters to itself
+                            # a diagnostic; an engine process keeps its drafters to itself
                             "decoder_drafters": len(getattr(window.decoder, "_drafters", ()))})
     first, last = samples[0], samples[-1]
     return {
@@ -289,7 +289,7 @@ def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3
         "window_tokens_per_s": [round(v, 1) for v in windowed],
         "ratio_of_medians": round(best_w / best_h, 3) if best_h else None,
         # Each window run against the headless run just before it: drift of a shared machine cancels out.
-        "median_pair_ratio": round(statistics.median(w / h for w, h in zip(windowed, headless) if h), 3),
+        "median_pair_ratio": round(statistics.median(w / h for w, h in zip(windowed, headless, strict=True) if h), 3),
         "max_stall_ms": worst["max_stall_ms"], "p99_gap_ms": worst["p99_gap_ms"],
         "stalls_over_50ms": [s["stalls_over_50ms"] for s in stalls], "gui_thread_cpu_s": gui_cpu,
         "full_gc": [s["full_gc"] for s in stalls], "longest_gc_ms": max(s["longest_gc_ms"] for s in stalls),

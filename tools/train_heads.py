@@ -29,12 +29,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the build never needs the hub
 # Passive OpenMP waiting: spinning threads slow everything on a CPU shared with other jobs (before torch loads).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
+import torch
 
-from app.engine.drafters.heads import FAMILIES, TargetShape, default_config  # noqa: E402
-from tools.head_training.data import build_data, display_name, load_target, target_checksum  # noqa: E402
-from tools.head_training.family import export, train_family, write_format_notes  # noqa: E402
-from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, full_run, log, quick_run  # noqa: E402
+from app.engine.drafters.heads import FAMILIES, TargetShape, default_config
+from tools.head_training.data import build_data, display_name, load_target, target_checksum
+from tools.head_training.family import export, train_family, write_format_notes
+from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, full_run, log, quick_run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

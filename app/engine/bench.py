@@ -227,7 +227,7 @@ def markdown_table(results: list[MethodResult]) -> str:
 def plain_table(results: list[MethodResult]) -> str:
     rows = list(table_rows(results))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
 
 
 def to_json(results: list[MethodResult], meta: dict) -> str:

@@ -117,7 +117,7 @@ class CachedModel:
         logits = out.logits[0].float()  # (T, V)
         if self.feature_layers:
             fresh = [out.hidden_states[i][0] for i in self.feature_layers]  # each (T, H)
-            self.features = [torch.cat([old, new]) for old, new in zip(self.features, fresh)] \
+            self.features = [torch.cat([old, new]) for old, new in zip(self.features, fresh, strict=True)] \
                 if self.features else fresh
         if output_hidden_states:
             return logits, tuple(h[0] for h in out.hidden_states)

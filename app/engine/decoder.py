@@ -28,7 +28,14 @@ from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError
 from app.engine.events import EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
 from app.engine.loading import LoadedModels
 from app.engine.pass_events import (
-    AsdBlockStart, Commit, PassClock, VerifiedBlock, appended_token, drafted_tokens, pass_detail, token_texts,
+    AsdBlockStart,
+    Commit,
+    PassClock,
+    VerifiedBlock,
+    appended_token,
+    drafted_tokens,
+    pass_detail,
+    token_texts,
 )
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
@@ -125,7 +132,8 @@ class SpeculativeDecoder:
                        StreamDetokenizer(self.models.tokenizer, prompt_ids), k=settings.k, k_setting=settings.k)
         started = time.perf_counter()
         yield self._start_event(prompt, req, settings)
-        reason, error = None, None
+        reason: EndReason | None = None
+        error: Exception | None = None
         try:
             self._prefill(req)
             while reason is None:
@@ -210,7 +218,7 @@ class SpeculativeDecoder:
 
     def _keep_target_features(self, req: _Request, settings: DecodeSettings) -> None:
         """Keep the hidden states the chain's drafters read, and only those."""
-        needed = set()
+        needed: set[int] = set()
         for name in settings.drafters:
             if name not in req.failed_drafters:
                 try:
@@ -227,7 +235,8 @@ class SpeculativeDecoder:
         kept = self.target.feature_layers
         return [self.target.features[kept.index(layer)] for layer in drafter.feature_layers]
 
-    def _draft(self, req: _Request, settings: DecodeSettings, k: int, sampler: TokenSampler) -> tuple[Draft, str | None]:
+    def _draft(self, req: _Request, settings: DecodeSettings, k: int,
+               sampler: TokenSampler) -> tuple[Draft, str | None]:
         """The first drafter of the chain that proposes something (none: an empty draft); failing ones are skipped."""
         if k == 0:
             return NO_DRAFT, None
@@ -288,7 +297,7 @@ class SpeculativeDecoder:
             return None
         start = AsdBlockStart(remaining=settings.asd.budget - req.spent, settings=settings.asd)
         req.spent += asd_charge(verdict, kept)
-        req.exceptions += int(verdict.mismatch[:kept].sum())
+        req.exceptions += sum(verdict.is_exception(i) for i in range(kept))
         return start
 
     # ---- events -----------------------------------------------------------------------------

@@ -20,7 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.engine.events import (
-    ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, TARGET, DraftedToken, PassDetail, PassEvent,
+    ACCEPTED,
+    ASD_EXCEPTION,
+    BONUS,
+    CLIPPED,
+    REJECTED,
+    TARGET,
+    DraftedToken,
+    PassEvent,
 )
 
 TokenText = Callable[[int], str]
@@ -137,8 +144,8 @@ class PassInspection:
 
 def inspect_pass(event: PassEvent) -> PassInspection:
     first = next((i for i, t in enumerate(event.drafted) if t.outcome == REJECTED), None)
-    asd = _asd_detail(event)
-    checks = _asd_checks(event, asd) if asd is not None else [None] * len(event.drafted)
+    asd = _asd_state(event)
+    checks: list[AsdCheck | None] = [None] * len(event.drafted) if asd is None else list(_asd_checks(event, asd))
     positions = tuple(_position(event, i, token, first, checks[i]) for i, token in enumerate(event.drafted))
     return PassInspection(event, positions, first, _ledger(event, asd) if asd is not None else None)
 
@@ -159,16 +166,25 @@ def _verdict(token: DraftedToken, i: int, first: int | None) -> str:
     return REJECTED_HERE if i == first else DISCARDED
 
 
-def _asd_detail(event: PassEvent) -> PassDetail | None:
-    """The detail of an ASD pass (the ledger at block start, g and M); None for other rules."""
+@dataclass(frozen=True)
+class _AsdState:
+    remaining: float  # rem = B - s at block start
+    gate: float  # g
+    cap: int  # M
+
+
+def _asd_state(event: PassEvent) -> _AsdState | None:
+    """What an ASD pass's detail records of the block start (rem, g, M); None for other rules."""
     detail = event.detail
     if event.verify != "asd" or detail is None or detail.asd_remaining is None:
         return None
-    return detail
+    if detail.asd_gate is None or detail.asd_cap is None:
+        return None
+    return _AsdState(detail.asd_remaining, detail.asd_gate, detail.asd_cap)
 
 
-def _asd_checks(event: PassEvent, detail: PassDetail) -> list[AsdCheck]:
-    gate, cap, remaining = detail.asd_gate, detail.asd_cap, detail.asd_remaining
+def _asd_checks(event: PassEvent, asd: _AsdState) -> list[AsdCheck]:
+    gate, cap, remaining = asd.gate, asd.cap, asd.remaining
     k = len(event.drafted)
     checks, cost, mismatches = [], 0.0, 0
     for i, token in enumerate(event.drafted):
@@ -182,10 +198,10 @@ def _asd_checks(event: PassEvent, detail: PassDetail) -> list[AsdCheck]:
     return checks
 
 
-def _ledger(event: PassEvent, detail: PassDetail) -> LedgerView:
+def _ledger(event: PassEvent, asd: _AsdState) -> LedgerView:
     new_exceptions = sum(t.outcome == ASD_EXCEPTION for t in event.drafted)
     budget = event.ledger.budget
-    return LedgerView(before=budget - detail.asd_remaining, after=event.ledger.spent, budget=budget,
+    return LedgerView(before=budget - asd.remaining, after=event.ledger.spent, budget=budget,
                       exceptions_before=event.ledger.exceptions - new_exceptions,
                       exceptions_after=event.ledger.exceptions)
 

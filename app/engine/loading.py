@@ -18,7 +18,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from app.engine.cached_model import find_layer_list
 from app.engine.drafters.registry import available_drafters
 from app.engine.errors import (
-    IncompatibleTokenizerError, ModelLoadError, OutOfMemoryError, is_out_of_memory, release_memory,
+    IncompatibleTokenizerError,
+    ModelLoadError,
+    OutOfMemoryError,
+    is_out_of_memory,
+    release_memory,
 )
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"
@@ -184,7 +188,7 @@ def fetch_from_hub(name: str, report=None) -> str:
 
     try:
         folder = snapshot_download(name, allow_patterns=list(HUB_FILES), tqdm_class=_download_progress(name, report))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+    except Exception as exc:
         raise _load_error(name, exc) from exc
     return folder if any(Path(folder).glob("*.safetensors")) else name
 
@@ -220,7 +224,7 @@ class _Nowhere:
 def load_tokenizer(name: str):
     try:
         return AutoTokenizer.from_pretrained(os.path.expanduser(name))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+    except Exception as exc:
         raise _load_error(name, exc) from exc
 
 
@@ -232,7 +236,7 @@ def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_m
         model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), **kwargs)
         if not device_map:
             model = model.to(device)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one user-facing error
+    except Exception as exc:
         model = None  # drop the half-loaded weights before releasing memory
         if is_out_of_memory(exc):
             release_memory(exc)

@@ -21,8 +21,20 @@ from torch import Tensor
 
 from app.engine.detok import StreamDetokenizer
 from app.engine.events import (
-    ACCEPTED, ASD_EXCEPTION, BONUS, CLIPPED, REJECTED, RESAMPLED, TARGET,
-    AppendedToken, DraftedToken, Outcome, PassDetail, ResidualEntry, Timing, TokenProb,
+    ACCEPTED,
+    ASD_EXCEPTION,
+    BONUS,
+    CLIPPED,
+    REJECTED,
+    RESAMPLED,
+    TARGET,
+    AppendedToken,
+    DraftedToken,
+    Outcome,
+    PassDetail,
+    ResidualEntry,
+    Timing,
+    TokenProb,
 )
 from app.engine.loading import synchronize
 from app.engine.settings import AsdSettings
@@ -110,7 +122,7 @@ def appended_token(block: VerifiedBlock, commit: Commit, text: str | None) -> Ap
         return None
     n, a = block.drafts.numel(), block.verdict.n_accepted
     kind = TARGET if n == 0 else (BONUS if a == n else RESAMPLED)
-    return AppendedToken(commit.next_token, text, kind, float(block.p[a, commit.next_token]))
+    return AppendedToken(commit.next_token, text or "", kind, float(block.p[a, commit.next_token]))
 
 
 # ---- inspector detail ----------------------------------------------------------------------------
@@ -119,8 +131,8 @@ def appended_token(block: VerifiedBlock, commit: Commit, text: str | None) -> Ap
 def top_rows(probs: Tensor) -> tuple[tuple[TokenProb, ...], ...]:
     """(R, V) -> R rows of the INSPECT_TOP most probable tokens."""
     values, indices = probs.topk(min(INSPECT_TOP, probs.shape[-1]), dim=-1)
-    return tuple(tuple(TokenProb(i, v) for i, v in zip(row_i, row_v))
-                 for row_i, row_v in zip(indices.tolist(), values.tolist()))
+    return tuple(tuple(TokenProb(i, v) for i, v in zip(row_i, row_v, strict=True))
+                 for row_i, row_v in zip(indices.tolist(), values.tolist(), strict=True))
 
 
 def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
@@ -138,7 +150,7 @@ def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
     k = min(INSPECT_TOP, p_row.numel())
     ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
     entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
-               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist())
+               zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist(), strict=True)
                if p or q or r]  # a warped (sparse) row pads its top with zeros: nothing to show there
     entries.sort(key=lambda e: (-e.r, -e.p, e.id))
     other = max(0.0, float(residual.sum() - residual[ids].sum()))
@@ -148,7 +160,8 @@ def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
 
 def pass_detail(block: VerifiedBlock, asd: AsdBlockStart | None) -> PassDetail:
     """The top of p and q per row, the residual at a sampled rejection, and the ASD state of the block."""
-    residual, residual_other, residual_norm = (), 0.0, None
+    residual: tuple[ResidualEntry, ...] = ()
+    residual_other, residual_norm = 0.0, None
     verdict = block.verdict
     if verdict.residual is not None:
         n = verdict.n_accepted

@@ -86,7 +86,7 @@ def promises_identical(settings: DecodeSettings) -> bool:
 
 def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """Index of the first differing token (the shorter length if one is a prefix of the other)."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

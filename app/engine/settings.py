@@ -62,7 +62,8 @@ class AsdSettings:
     cap: int = 2  # M: most accepted mismatches in one block
 
     def __post_init__(self) -> None:
-        _require(_is_number(self.budget) and self.budget >= 0, f"ASD budget B must be a number >= 0 (got {self.budget!r})")
+        _require(_is_number(self.budget) and self.budget >= 0,
+                 f"ASD budget B must be a number >= 0 (got {self.budget!r})")
         _require(_is_number(self.gate) and self.gate >= 0, f"ASD gate g must be a number >= 0 (got {self.gate!r})")
         _require(_is_int(self.cap) and self.cap >= 0, f"ASD block cap M must be a whole number >= 0 (got {self.cap!r})")
 
@@ -83,7 +84,8 @@ class DrafterOptions:
     def __post_init__(self) -> None:
         for name in ("lookup_max_ngram", "lookup_min_ngram", "ngram_max_n", "ngram_min_n", "ngram_min_count"):
             value = getattr(self, name)
-            _require(_is_int(value) and value >= 1, f"{name.replace('_', ' ')} must be a whole number >= 1 (got {value!r})")
+            _require(_is_int(value) and value >= 1,
+                     f"{name.replace('_', ' ')} must be a whole number >= 1 (got {value!r})")
         _require(self.lookup_min_ngram <= self.lookup_max_ngram, "prompt lookup: min n-gram must not exceed max n-gram")
         _require(self.ngram_min_n <= self.ngram_max_n, "n-gram cache: min n must not exceed max n")
         _require(_is_number(self.ngram_min_share) and 0 <= self.ngram_min_share <= 1,
@@ -118,10 +120,12 @@ class DecodeSettings:
         chain = tuple(name for name in self.drafters if name != NO_DRAFTER)
         object.__setattr__(self, "drafters", chain)
         _require(len(set(chain)) == len(chain), f"a drafter appears twice in the chain {list(chain)}")
-        _require(_is_int(self.k) and 1 <= self.k <= MAX_K, f"K must be a whole number from 1 to {MAX_K} (got {self.k!r})")
+        _require(_is_int(self.k) and 1 <= self.k <= MAX_K,
+                 f"K must be a whole number from 1 to {MAX_K} (got {self.k!r})")
         _require(_is_int(self.k_min) and _is_int(self.k_max) and 1 <= self.k_min <= self.k_max <= MAX_K,
                  f"adaptive K bounds must satisfy 1 <= min <= max <= {MAX_K} (got {self.k_min!r}, {self.k_max!r})")
-        _require(self.verify in VERIFY_RULES, f"unknown verification rule {self.verify!r}; choose one of {', '.join(VERIFY_RULES)}")
+        _require(self.verify in VERIFY_RULES,
+                 f"unknown verification rule {self.verify!r}; choose one of {', '.join(VERIFY_RULES)}")
         _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                  f"max new tokens must be a whole number >= 1 (got {self.max_new_tokens!r})")
         _require(_is_int(self.seed) and self.seed >= 0, f"seed must be a whole number >= 0 (got {self.seed!r})")

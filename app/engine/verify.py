@@ -186,8 +186,11 @@ def asd_charge(verdict: Verdict, n_committed: int) -> float:
     Uses the same cumulative sum as `verify_asd`, so the charge of the
     unclipped count is exactly the C the affordability test compared with rem.
     """
-    n = min(n_committed, verdict.regret.shape[0])
+    regret, mismatch = verdict.regret, verdict.mismatch
+    if regret is None or mismatch is None:
+        raise ValueError("asd_charge needs a verdict of verify_asd")
+    n = min(n_committed, regret.shape[0])
     if n <= 0:
         return 0.0
-    charged = torch.where(verdict.mismatch, verdict.regret, torch.zeros_like(verdict.regret))  # (K,)
+    charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
     return float(charged.cumsum(dim=0)[n - 1])

@@ -8,8 +8,8 @@ import torch
 from scipy.stats import chisquare
 
 from app.engine.decoder import SpeculativeDecoder
-from app.engine.sampling import warp_probs
 from app.engine.events import EndEvent, PassEvent
+from app.engine.sampling import warp_probs
 from app.engine.settings import DecodeSettings
 
 PROMPTS = (

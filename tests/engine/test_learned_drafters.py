@@ -20,9 +20,16 @@ from safetensors.torch import load_file
 from app.engine.cached_model import CachedModel
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import (
-    FAMILIES, HeadConfig, TargetShape, build_module, default_config, read_config, save_head,
+    FAMILIES,
+    HeadConfig,
+    TargetShape,
+    build_module,
+    default_config,
+    dflash,
+    eagle,
+    read_config,
+    save_head,
 )
-from app.engine.drafters.heads import dflash, eagle
 from app.engine.drafters.heads.common import TargetParts
 from app.engine.drafters.heads.mtp import MtpDrafter
 from app.engine.errors import ModelLoadError
@@ -187,7 +194,7 @@ def test_kept_features_match_a_full_recompute_after_random_rollbacks(models):
         ids = torch.cat([ids, drafts[:accepted], torch.randint(0, models.vocab_size, (1,))])
         cached.crop(ids.numel() - 1)
         assert [f.shape[0] for f in cached.features] == [ids.numel() - 1] * 3
-        for kept, full in zip(cached.features, _recomputed(models.target, ids[:-1], layers)):
+        for kept, full in zip(cached.features, _recomputed(models.target, ids[:-1], layers), strict=True):
             torch.testing.assert_close(kept, full, atol=1e-4, rtol=1e-4)
 
 
@@ -196,7 +203,8 @@ def test_decoder_features_stay_aligned_after_a_generation_with_rollbacks(decoder
     assert any(p.n_accepted < len(p.drafted) for p in passes)  # rollbacks happened
     target = decoder.target
     assert target.feature_layers == models.extras["eagle"].config.feature_layers
-    for kept, full in zip(target.features, _recomputed(models.target, target.ids, target.feature_layers)):
+    for kept, full in zip(target.features, _recomputed(models.target, target.ids, target.feature_layers),
+                          strict=True):
         assert kept.shape[0] == target.length
         torch.testing.assert_close(kept, full, atol=1e-4, rtol=1e-4)
 
@@ -264,7 +272,8 @@ def test_head_config_round_trips_through_json(models, quick_heads):
 def _greedy_draft(models, family: str, ids: torch.Tensor, k: int):
     spec = models.extras[family]
     drafter = spec.build(models, None)
-    return drafter.propose(ids, k, TokenSampler(None, torch.Generator()), _features(models, ids, spec.config.feature_layers))
+    features = _features(models, ids, spec.config.feature_layers)
+    return drafter.propose(ids, k, TokenSampler(None, torch.Generator()), features)
 
 
 def test_eagle_unrolled_training_steps_are_the_drafting_steps(models):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from app.engine.events import ASD_EXCEPTION, CLIPPED, EndEvent, PassEvent, REJECTED
+from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, EndEvent, PassEvent
 from app.engine.explain import DISCARDED, EXCEPTION, KEPT, REJECTED_HERE, explain_pass, inspect_pass
 from app.engine.loading import load_models
 from app.engine.race import PLAIN, SPECULATIVE, Race, RaceEvent, RaceResult, first_divergence, token_edit_distance
@@ -82,7 +82,7 @@ def test_race_reports_the_first_divergence_under_asd(models):
     assert exceptions, "the loose budget should let ASD accept mismatches on random models"
     plain, spec = result.plain.token_ids, result.speculative.token_ids
     assert not result.must_match and not result.identical
-    expected = next(i for i, (a, b) in enumerate(zip(plain, spec)) if a != b)
+    expected = next(i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b)
     assert result.first_divergence == expected
     assert plain[:expected] == spec[:expected]
     assert 0 < result.edit_distance <= max(len(plain), len(spec))

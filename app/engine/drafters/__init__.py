@@ -7,7 +7,13 @@ command line and the window; a drafter's module loads when it is built.
 from __future__ import annotations
 
 from app.engine.drafters.registry import (
-    DRAFTER_LABELS, DRAFTER_NAMES, DRAFTERS, DrafterEntry, available_drafters, build_drafter, drafter_config,
+    DRAFTER_LABELS,
+    DRAFTER_NAMES,
+    DRAFTERS,
+    DrafterEntry,
+    available_drafters,
+    build_drafter,
+    drafter_config,
     layer_skip_layers,
 )
 

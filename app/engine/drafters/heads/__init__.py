@@ -7,7 +7,14 @@ documented there and in FORMAT.md next to the shipped weights).
 
 from app.engine.drafters.heads.common import HeadConfig, TargetParts, TargetShape, fused_layers
 from app.engine.drafters.heads.format import (
-    FAMILIES, HeadSpec, build_module, default_config, load_head, load_heads, read_config, save_head,
+    FAMILIES,
+    HeadSpec,
+    build_module,
+    default_config,
+    load_head,
+    load_heads,
+    read_config,
+    save_head,
 )
 
 __all__ = ["FAMILIES", "HeadConfig", "HeadSpec", "TargetParts", "TargetShape", "build_module", "default_config",

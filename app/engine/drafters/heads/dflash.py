@@ -24,10 +24,18 @@ from torch import nn
 
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
-    HeadDrafter, TargetParts, TargetShape, as_draft, fuse_input, fused_layers, has_features, pick,
+    HeadDrafter,
+    TargetParts,
+    TargetShape,
+    as_draft,
+    fuse_input,
+    fused_layers,
+    has_features,
+    pick,
 )
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
+
 
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
     """Feature layers and default hyper-parameters for a drafter on `target`: low, middle, high; 64-wide heads."""

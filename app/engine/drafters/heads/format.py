@@ -117,7 +117,7 @@ def check_fits(config: HeadConfig, target: TargetShape, folder: Path) -> None:
 def load_weights(module: nn.Module, folder: Path, family: str) -> None:
     try:
         weights = load_file(str(Path(folder) / WEIGHTS_FILE))
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is one user-facing error
+    except Exception as exc:
         raise ModelLoadError(f"head folder {str(folder)!r}: cannot read {WEIGHTS_FILE} ({exc}).") from exc
     expected = module.state_dict()
     missing = sorted(set(expected) - set(weights))

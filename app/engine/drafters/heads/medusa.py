@@ -26,6 +26,7 @@ from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features, pick
 from app.engine.sampling import TokenSampler
 
+
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
     """Feature layers and default hyper-parameters for a head on `target`: the final state; sizes fixed by H."""
     return (target.num_layers,), {}

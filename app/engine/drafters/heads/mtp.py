@@ -28,6 +28,7 @@ from app.engine.drafters.heads.common import HeadDrafter, TargetParts, TargetSha
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
 
+
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
     """Feature layers and default hyper-parameters for modules on `target`: the final state, 64-wide heads."""
     return (target.num_layers,), {"heads": max(1, target.hidden_size // 64)}
