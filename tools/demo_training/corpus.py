@@ -1,10 +1,19 @@
-"""The training corpus: the running interpreter's standard library, offline.
+"""The training corpus, offline: the running interpreter's standard library and its documentation.
 
-Code comes from the stdlib ``*.py`` files; prose from ``pydoc_data.topics``
-(the Python language reference rendered as plain text). Both are under the
-PSF licence (see ``LICENSE.txt`` in the stdlib folder). The held-out split is
-chosen by a hash of each document's name, so it is the same on every run and
-independent of the training seed.
+Code comes from the stdlib ``*.py`` files. Prose comes from one of two
+sources (``RunConfig.prose_source``):
+
+- ``"pydoc"``: ``pydoc_data.topics``, the language reference rendered as
+  plain text, always present (the v1 family and ``--quick``);
+- ``"docs"``: the installed Python documentation (tutorial, library
+  reference, language reference, HOWTOs, FAQ; see ``python_docs``), about 20
+  times more prose. The pydoc topics are generated from the language
+  reference, so they are not added again.
+
+All of it is under the PSF licence (see ``LICENSE.txt`` in the stdlib folder);
+``SOURCE_LICENCES`` records it per source for the model card. The held-out
+split is chosen by a hash of each document's name, so it is the same on every
+run and independent of the training seed.
 """
 
 from __future__ import annotations
@@ -25,6 +34,15 @@ EXCLUDED_PREFIXES = ("_sysconfigdata", "config-")
 CODE_HELDOUT_PERCENT = 5
 # Prose has only ~80 topics, so a larger share is held out to get enough text.
 PROSE_HELDOUT_PERCENT = 12
+# The documentation has ~380 pages: 6 % holds out ~20 of them.
+DOCS_HELDOUT_PERCENT = 6
+PROSE_SOURCES = ("pydoc", "docs")
+SOURCE_LICENCES = {
+    "stdlib code": "PSF License Agreement (Python Software Foundation License Version 2)",
+    "pydoc topics": "PSF License Agreement (Python Software Foundation License Version 2)",
+    "Python documentation": ("PSF License Agreement (Python Software Foundation License Version 2); "
+                             "code examples in the documentation also under the Zero-Clause BSD licence"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +98,31 @@ def prose_documents() -> list[Document]:
     return [Document(f"pydoc:{key}", "prose", topics[key]) for key in sorted(topics)]
 
 
+def prose_for(source: str, docs_dir: Path | None = None) -> tuple[list[Document], int]:
+    """Prose documents of ``source`` and the share of them held out (percent)."""
+    if source == "pydoc":
+        return prose_documents(), PROSE_HELDOUT_PERCENT
+    if source == "docs":
+        from .python_docs import docs_documents
+
+        return docs_documents(docs_dir), DOCS_HELDOUT_PERCENT
+    raise ValueError(f"unknown prose source {source!r}; expected one of {PROSE_SOURCES}")
+
+
+def source_licences(prose_source: str) -> dict[str, str]:
+    """Licence of every source the corpus draws on, for the model card."""
+    prose = "pydoc topics" if prose_source == "pydoc" else "Python documentation"
+    return {name: SOURCE_LICENCES[name] for name in ("stdlib code", prose)}
+
+
+def docs_version_of(prose_source: str, docs_dir: Path | None) -> str | None:
+    if prose_source != "docs":
+        return None
+    from .python_docs import docs_version
+
+    return docs_version(docs_dir)
+
+
 def is_heldout(name: str, percent: int) -> bool:
     """Stable hash split: the same names are held out on every machine."""
     bucket = int(hashlib.sha1(name.encode()).hexdigest(), 16) % 100
@@ -87,15 +130,16 @@ def is_heldout(name: str, percent: int) -> bool:
 
 
 def split_documents(
-    max_code: int | None = None, max_prose: int | None = None
+    max_code: int | None = None, max_prose: int | None = None,
+    prose_source: str = "pydoc", docs_dir: Path | None = None,
 ) -> CorpusSplit:
     """Split code and prose by name; optionally keep only the first few of each."""
     code = code_documents()
-    prose = prose_documents()
+    prose, prose_percent = prose_for(prose_source, docs_dir)
     train_code = [d for d in code if not is_heldout(d.name, CODE_HELDOUT_PERCENT)]
-    train_prose = [d for d in prose if not is_heldout(d.name, PROSE_HELDOUT_PERCENT)]
+    train_prose = [d for d in prose if not is_heldout(d.name, prose_percent)]
     heldout_code = [d for d in code if is_heldout(d.name, CODE_HELDOUT_PERCENT)]
-    heldout_prose = [d for d in prose if is_heldout(d.name, PROSE_HELDOUT_PERCENT)]
+    heldout_prose = [d for d in prose if is_heldout(d.name, prose_percent)]
     return CorpusSplit(
         train=train_code[:max_code] + train_prose[:max_prose],
         heldout_code=heldout_code[: max_code and max(2, max_code // 8)],
@@ -103,7 +147,7 @@ def split_documents(
     )
 
 
-def corpus_summary(split: CorpusSplit) -> dict:
+def corpus_summary(split: CorpusSplit, prose_source: str = "pydoc", docs_dir: Path | None = None) -> dict:
     """Document and character counts, for the model card."""
 
     def stats(documents: list[Document]) -> dict:
@@ -111,6 +155,9 @@ def corpus_summary(split: CorpusSplit) -> dict:
 
     return {
         "python_version": python_version(),
+        "prose_source": prose_source,
+        "licences": source_licences(prose_source),
+        "docs_version": docs_version_of(prose_source, docs_dir),
         "train_code": stats([d for d in split.train if d.domain == "code"]),
         "train_prose": stats([d for d in split.train if d.domain == "prose"]),
         "heldout_code": stats(split.heldout_code),

@@ -99,16 +99,36 @@ def samples_section(samples: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def corpus_section(corpus: dict) -> str:
+PROSE_DESCRIPTIONS = {
+    "pydoc": """- prose: `pydoc_data/topics.py`, the Python language reference rendered as
+  plain text (upweighted {repeats}x in training).""",
+    "docs": """- prose: the Python {docs_version} documentation installed on the build machine
+  (Debian's `python3.11-doc`): the tutorial, the library reference, the
+  language reference, the HOWTOs, the FAQ, "Using Python", the glossary and
+  "Installing Python modules", read from the reST sources Sphinx ships with
+  the HTML and reduced to the text a reader sees (markup, index entries,
+  comments and layout tables removed; upweighted {repeats}x in training).""",
+}
+
+
+def licence_lines(corpus: dict) -> str:
+    licences = corpus.get("licences") or {"stdlib code": "PSF License Agreement"}
+    return "\n".join(f"- {source}: {licence}" for source, licence in licences.items())
+
+
+def corpus_section(corpus: dict, prose_repeats: int = 2) -> str:
+    source = corpus.get("prose_source", "pydoc")
+    prose = PROSE_DESCRIPTIONS[source].format(repeats=prose_repeats,
+                                              docs_version=corpus.get("docs_version", "3"))
+    heldout_percent = "12 (prose topics)" if source == "pydoc" else "6 (documentation pages)"
     return f"""Text from the **CPython {corpus['python_version']} standard library** of the
-interpreter that ran the build (found with `sysconfig.get_paths()["stdlib"]`),
-nothing downloaded:
+interpreter that ran the build (found with `sysconfig.get_paths()["stdlib"]`)
+and its documentation, nothing downloaded by the build:
 
 - code: every `*.py` file except the folders `test/`, `tests/`, `idlelib/`,
   `encodings/` (codec tables), `pydoc_data/`, `site-packages/` and the
   generated `_sysconfigdata*` modules;
-- prose: `pydoc_data/topics.py`, the Python language reference rendered as
-  plain text (upweighted 2x in training).
+{prose}
 
 | split | documents | characters |
 |---|---|---|
@@ -117,16 +137,19 @@ nothing downloaded:
 | held-out code | {corpus['heldout_code']['documents']} | {corpus['heldout_code']['characters']:,} |
 | held-out prose | {corpus['heldout_prose']['documents']} | {corpus['heldout_prose']['characters']:,} |
 
-The held-out split is by file: a document is held out when
-`sha1(name) % 100` is below 5 (code) or 12 (prose topics), so it does not
+The held-out split is by document: a document is held out when
+`sha1(name) % 100` is below 5 (code) or {heldout_percent}, so it does not
 depend on the seed. Held-out code files: {', '.join(f'`{n}`' for n in corpus['heldout_code_names'])}.
-Held-out prose topics: {', '.join(f'`{n}`' for n in corpus['heldout_prose_names'])}.
+Held-out prose: {', '.join(f'`{n}`' for n in corpus['heldout_prose_names'])}.
 
-**Licence.** The Python standard library and its documentation are
-distributed under the PSF License Agreement (Python Software Foundation
-License Version 2; see `LICENSE.txt` in the stdlib folder). These weights and
-the tokenizer are derived from that text only and are intended as a demo
-asset of this project; treat them under the same terms."""
+**Licence.** Every source and its licence:
+
+{licence_lines(corpus)}
+
+See `LICENSE.txt` in the stdlib folder and `license.html` in the
+documentation. These weights and the tokenizer are derived from that text
+only and are intended as a demo asset of this project; treat them under the
+same terms."""
 
 
 def training_section(config: dict, training: dict) -> str:
@@ -152,7 +175,8 @@ def training_section(config: dict, training: dict) -> str:
 - Draft: distilled from the (bfloat16-rounded) target: {config['distill_kl_weight']} x KL to the
   target's distribution softened at temperature {config['distill_temperature']} (scaled by T^2)
   + {1 - config['distill_kl_weight']:.1f} x cross-entropy; {ds['steps']} steps x {ds['batch_size']} blocks
-  ({training['draft']['tokens']:,} tokens), peak LR {ds['peak_lr']}. Wall time {training['draft']['seconds'] / 60:.1f} min.
+  ({training['draft']['tokens']:,} tokens), peak LR {ds['peak_lr']}.
+  Wall time {training['draft']['seconds'] / 60:.1f} min.
 - Total wall time of the build: {training['total_seconds'] / 60:.1f} min."""
 
 
@@ -181,7 +205,7 @@ was written: {evaluation['folder_megabytes']:.1f} MB.
 
 ## Corpus and licence
 
-{corpus_section(corpus)}
+{corpus_section(corpus, config.get('prose_repeats', 2))}
 
 ## Training
 
@@ -230,7 +254,8 @@ is off-distribution and the model tends to continue with an unindented line.
 python tools/evaluate_demo_models.py
 ```
 
-The build resumes from checkpoints in `.cache/demo_training/` when rerun;
+The build resumes from checkpoints in `~/.cache/spec-playground/demo_training/`
+(`--cache-dir`) when rerun;
 `--quick --out DIR` runs a one-minute miniature of the same pipeline.
 """
 
