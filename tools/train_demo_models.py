@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """Rebuild the bundled offline demo models from text available on this machine.
 
-    python tools/train_demo_models.py                 # full build -> assets/models/demo/
+    python tools/train_demo_models.py                 # family v2 (~2 h on 2 cores) -> assets/models/demo/
+    python tools/train_demo_models.py --run v1        # the previous family (~45 min)
+    python tools/train_demo_models.py --run gpu --device cuda --dtype bfloat16   # GPU recipe
     python tools/train_demo_models.py --quick --out DIR   # ~1 minute miniature (tests)
 
-Pipeline: CPython stdlib corpus -> byte-level BPE tokenizer -> Llama target
+Pipeline: CPython stdlib + Python documentation corpus -> byte-level BPE tokenizer -> Llama target
 trained with a LayerSkip-style early-exit loss -> small Llama draft distilled
 from the target -> bfloat16 safetensors export -> held-out evaluation ->
 ``playground.json`` and ``MODEL_CARD.md``.
 
-Deterministic for a given ``--seed`` (default 1234) and thread count. Progress
-goes to stderr. Checkpoints are written atomically every few minutes under
-``--cache-dir`` (keyed by a hash of the configuration) and a rerun resumes from
-them, so the process may be killed at any time.
+Deterministic for a given ``--seed`` (default 1234), thread count and device.
+Progress with an ETA goes to stderr. Checkpoints are written atomically every
+few minutes under ``--cache-dir`` (default ``~/.cache/spec-playground/
+demo_training``, outside the repository; keyed by a hash of the configuration)
+and a rerun of the same command resumes from them, from any checkout of the
+repository, so the process may be killed at any time.
 """
 
 from __future__ import annotations
@@ -24,17 +28,36 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+RUNS = ("v1", "v2", "gpu")
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/spec-playground/demo_training`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "spec-playground" / "demo_training"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny corpus slice, tiny models, few steps")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "models" / "demo")
-    parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "demo_training")
+    parser.add_argument("--run", choices=RUNS, default="v2",
+                        help="which family to build: v2 (default), v1 (the previous one) or gpu (needs --device cuda)")
+    parser.add_argument("--quick", action="store_true", help="tiny corpus slice, tiny models, few steps (~1 minute)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "models" / "demo",
+                        help="output folder (default: assets/models/demo)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="checkpoints and cached corpus (default: ~/.cache/spec-playground/demo_training)")
+    parser.add_argument("--docs-dir", type=Path, default=None,
+                        help="installed Python HTML documentation (default: /usr/share/doc/pythonX.Y/html)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="training precision; bfloat16 = mixed precision (autocast), for GPUs (default: float32)")
     parser.add_argument("--seed", type=int, default=None, help="default: 1234")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--checkpoint-minutes", type=float, default=3.0)
-    return parser.parse_args(argv)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--checkpoint-minutes", type=float, default=3.0, help="default: 3")
+    args = parser.parse_args(argv)
+    if args.run == "gpu" and args.device != "cuda" and not args.quick:
+        parser.error("--run gpu is sized for a GPU: add --device cuda (or --quick to test it on the CPU)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,16 +68,26 @@ def main(argv: list[str] | None = None) -> int:
     # threads made training up to 3x slower. Must be set before torch loads.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
+    from demo_training.build import run_build
+    from demo_training.config import DEFAULT_SEED, select_config
+    from demo_training.python_docs import PythonDocsMissing
+    from demo_training.runtime import Runtime, check_available, prepare
     from transformers.utils import logging as transformers_logging
 
-    from demo_training.build import run_build
-    from demo_training.config import DEFAULT_SEED, full_config, quick_config
-
+    runtime = Runtime(args.device, args.dtype)
+    check_available(runtime)
+    prepare(runtime)
     torch.set_num_threads(args.threads)
     transformers_logging.disable_progress_bar()  # keep stderr to our own progress
     seed = DEFAULT_SEED if args.seed is None else args.seed
-    config = quick_config(seed) if args.quick else full_config(seed)
-    report = run_build(config, args.out.resolve(), args.cache_dir.resolve(), args.checkpoint_minutes * 60)
+    config = select_config(args.run, args.quick, seed)
+    cache_dir = (args.cache_dir or default_cache_dir()).expanduser().resolve()
+    try:
+        report = run_build(config, args.out.resolve(), cache_dir, args.checkpoint_minutes * 60,
+                           runtime, args.docs_dir)
+    except PythonDocsMissing as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     summary = {name: report["evaluation"]["domains"]["code"][name]["agreement"]
                for name in report["evaluation"]["domains"]["code"]}
     print(json.dumps({"out": str(args.out), "code_agreement": summary,

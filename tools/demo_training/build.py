@@ -20,7 +20,8 @@ from .loop import StageResult, train_stage
 from .model_card import write_card, write_playground_json
 from .models import build_model, export_model, llama_config, round_to_export_precision
 from .objectives import make_distill_loss, make_target_loss
-from .progress import log
+from .progress import log, log_plan
+from .runtime import CPU, Runtime
 from .tokenizer import as_transformers_tokenizer, load_tokenizer, train_bpe
 
 
@@ -31,6 +32,12 @@ def cpu_name() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown CPU"
+
+
+def hardware(runtime: Runtime) -> str:
+    if runtime.device == "cuda":
+        return runtime.describe()
+    return f"{torch.get_num_threads()} CPU threads of {cpu_name()} (machine shared with other jobs)"
 
 
 def timed(timings: dict, key: str, run_dir: Path, function, *args):
@@ -63,23 +70,25 @@ def cached_packed_corpus(run_dir: Path, tokenizer: Tokenizer, split: CorpusSplit
 
 
 def train_target(run_dir: Path, packed: PackedCorpus, config: RunConfig, eot_id: int,
-                 checkpoint_seconds: float) -> tuple[torch.nn.Module, StageResult]:
+                 checkpoint_seconds: float, runtime: Runtime) -> tuple[torch.nn.Module, StageResult]:
     model = build_model(llama_config(config.target, config.vocab_size, config.block_size, eot_id), config.seed)
     log(f"training target ({packed.train.shape[0]} blocks of {config.block_size} tokens)")
     result = train_stage("target", model, make_target_loss(config), packed.train,
-                         config.target_schedule, config.seed, run_dir / "target.ckpt", checkpoint_seconds)
+                         config.target_schedule, config.seed, run_dir / "target.ckpt", checkpoint_seconds,
+                         runtime)
     return round_to_export_precision(model), result
 
 
 def train_draft(run_dir: Path, packed: PackedCorpus, config: RunConfig, teacher: torch.nn.Module,
-                eot_id: int, checkpoint_seconds: float) -> tuple[torch.nn.Module, StageResult]:
+                eot_id: int, checkpoint_seconds: float, runtime: Runtime) -> tuple[torch.nn.Module, StageResult]:
     model = build_model(llama_config(config.draft, config.vocab_size, config.block_size, eot_id), config.seed + 1)
-    teacher.eval().requires_grad_(False)
+    teacher.eval().requires_grad_(False).to(runtime.device)
     log("distilling the draft model from the target")
     # A different data seed: the draft sees the corpus in another order.
     result = train_stage("draft", model, make_distill_loss(teacher, config), packed.train,
                          config.draft_schedule, config.seed + 1,
-                         run_dir / f"draft-{config.draft_fingerprint()}.ckpt", checkpoint_seconds)
+                         run_dir / f"draft-{config.draft_fingerprint()}.ckpt", checkpoint_seconds, runtime)
+    teacher.to("cpu")
     return round_to_export_precision(model), result
 
 
@@ -87,31 +96,34 @@ def stage_summary(result: StageResult) -> dict:
     return dataclasses.asdict(result)
 
 
-def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seconds: float) -> dict:
+def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seconds: float,
+              runtime: Runtime = CPU, docs_dir: Path | None = None) -> dict:
     """Build (or resume) everything and write ``out_dir``; returns the figures."""
     run_dir = cache_dir / f"{config.name}-{config.target_fingerprint()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "config.json", dataclasses.asdict(config))
     timings_path = run_dir / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
-    log(f"run folder {run_dir.name}; output {out_dir}")
+    log(f"run folder {run_dir}; output {out_dir}; training on {runtime.describe()}")
+    log_plan(config)
 
-    split = split_documents(config.max_train_code_files, config.max_train_prose_docs)
+    split = split_documents(config.max_train_code_files, config.max_train_prose_docs,
+                            config.prose_source, docs_dir)
     tokenizer = timed(timings, "tokenizer", run_dir, cached_tokenizer, run_dir, split, config)
     packed = timed(timings, "packing", run_dir, cached_packed_corpus, run_dir, tokenizer, split, config)
     eot_id = tokenizer.token_to_id(END_OF_TEXT)
     hf_tokenizer = as_transformers_tokenizer(Tokenizer.from_str(tokenizer.to_str()), config.block_size)
 
-    target, target_result = train_target(run_dir, packed, config, eot_id, checkpoint_seconds)
+    target, target_result = train_target(run_dir, packed, config, eot_id, checkpoint_seconds, runtime)
     export_model(target, hf_tokenizer, out_dir / "target")
-    draft, draft_result = train_draft(run_dir, packed, config, target, eot_id, checkpoint_seconds)
+    draft, draft_result = train_draft(run_dir, packed, config, target, eot_id, checkpoint_seconds, runtime)
     export_model(draft, hf_tokenizer, out_dir / "draft")
 
     log("evaluating the exported models on held-out code and prose")
     started = time.monotonic()
     evaluation = evaluate_folder(out_dir, split, config.eval_blocks_per_domain, config.sample_new_tokens)
     training = {
-        "hardware": f"{torch.get_num_threads()} CPU threads of {cpu_name()} (machine shared with other jobs)",
+        "hardware": hardware(runtime),
         "torch": torch.__version__,
         "target": stage_summary(target_result),
         "draft": stage_summary(draft_result),
@@ -120,7 +132,8 @@ def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seco
         "evaluation_seconds": time.monotonic() - started,
     }
     write_playground_json(out_dir, evaluation["recommended_exit"], config.seed)
-    write_card(out_dir, dataclasses.asdict(config), corpus_summary(split), training, evaluation)
+    summary = corpus_summary(split, config.prose_source, docs_dir)
+    write_card(out_dir, dataclasses.asdict(config), summary, training, evaluation)
     report = {"training": training, "evaluation": evaluation}
     atomic_write_json(run_dir / "report.json", report)
     return report

@@ -1,4 +1,4 @@
-"""Run configurations: the full demo build and the ``--quick`` smoke-test build.
+"""Run configurations: the demo families (v1, v2, the GPU recipe) and the ``--quick`` smoke test.
 
 Every number that influences the trained weights lives here, so the cache
 fingerprint (see ``RunConfig.fingerprint``) changes whenever one of them does
@@ -62,6 +62,9 @@ class RunConfig:
     max_train_code_files: int | None = None
     max_train_prose_docs: int | None = None
     prose_repeats: int = 2
+    # "pydoc": the language-reference topics (always present); "docs": the
+    # installed Python documentation (see corpus.py and python_docs.py).
+    prose_source: str = "pydoc"
     eval_blocks_per_domain: int = 64
     sample_new_tokens: int = 80
 
@@ -88,7 +91,7 @@ EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
 
 
 def full_config(seed: int = DEFAULT_SEED) -> RunConfig:
-    """The committed demo models: sized for ~45 minutes on 2 CPU cores.
+    """Demo family v1 (the committed models): sized for ~45 minutes on 2 CPU cores.
 
     (On a machine shared with other jobs the build took ~56 minutes.)
 
@@ -127,3 +130,68 @@ def quick_config(seed: int = DEFAULT_SEED) -> RunConfig:
         eval_blocks_per_domain=4,
         sample_new_tokens=16,
     )
+
+
+# Family v2 (measurements and reasoning in V2_PLAN.md).
+V2_VOCAB = 8192
+V2_TARGET = ModelShape(hidden_size=256, num_layers=8, num_heads=4, intermediate_size=704)
+V2_DRAFT = ModelShape(hidden_size=256, num_layers=1, num_heads=4, intermediate_size=704)
+V2_TARGET_STEPS = 1300  # x 8 blocks x 512 tokens = 5.3M tokens, ~1.4 epochs
+V2_DRAFT_STEPS = 700  # 2.9M tokens
+
+
+def v2_config(seed: int = DEFAULT_SEED) -> RunConfig:
+    """Demo family v2: sized for ~2.5 hours on 2 CPU cores, heads included.
+
+    The figures behind every number are in ``V2_PLAN.md``.
+    """
+    return RunConfig(
+        name="v2",
+        seed=seed,
+        vocab_size=V2_VOCAB,
+        block_size=512,
+        target=V2_TARGET,
+        draft=V2_DRAFT,
+        target_schedule=StageSchedule(steps=V2_TARGET_STEPS, batch_size=8, peak_lr=2e-3, warmup_steps=100),
+        draft_schedule=StageSchedule(steps=V2_DRAFT_STEPS, batch_size=8, peak_lr=2e-3, warmup_steps=60),
+        early_exit_total_weight=0.5,
+        # The exits' LM heads cost 2.6 layers each at this vocabulary: every
+        # 8th position keeps their overhead near 20 % of a training step.
+        early_exit_position_stride=8,
+        prose_repeats=1,
+        prose_source="docs",
+    )
+
+
+def gpu_config(seed: int = DEFAULT_SEED) -> RunConfig:
+    """The GPU recipe (``--device cuda --dtype bfloat16``): < 8 minutes on one H200.
+
+    Bigger only as far as ``assets/models/demo/`` stays <= 60 MB with the
+    heads (which scale with the square of the target's hidden size); the
+    rest of the budget goes into many more training tokens (estimate in
+    ``V2_PLAN.md``, from FLOPs, not measured).
+    """
+    return RunConfig(
+        name="gpu",
+        seed=seed,
+        vocab_size=V2_VOCAB,
+        block_size=512,
+        target=ModelShape(hidden_size=320, num_layers=10, num_heads=5, intermediate_size=864),
+        draft=V2_DRAFT,
+        # 49M tokens (~12 epochs: about the most repeated data still pays for)
+        # and 25M distillation tokens.
+        target_schedule=StageSchedule(steps=3000, batch_size=32, peak_lr=2e-3, warmup_steps=150),
+        draft_schedule=StageSchedule(steps=1500, batch_size=32, peak_lr=2e-3, warmup_steps=75),
+        early_exit_total_weight=0.5,
+        prose_repeats=1,
+        prose_source="docs",
+    )
+
+
+CONFIGS = {"v1": full_config, "v2": v2_config, "gpu": gpu_config}
+DEFAULT_RUN = "v2"
+
+
+def select_config(run: str, quick: bool, seed: int = DEFAULT_SEED) -> RunConfig:
+    """The named run, or the ``--quick`` miniature (the same for every run)."""
+    return quick_config(seed) if quick else CONFIGS[run](seed)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -19,6 +19,7 @@ from .checkpoint import atomic_torch_save, load_if_exists
 from .config import StageSchedule
 from .data import batch_at_step
 from .progress import progress_bar
+from .runtime import CPU, Runtime
 
 # loss_fn(model, batch, step) -> (loss to optimise, value to display)
 LossFunction = Callable[[torch.nn.Module, torch.Tensor, int], tuple[torch.Tensor, float]]
@@ -69,12 +70,20 @@ def train_stage(
     seed: int,
     checkpoint_path: Path,
     checkpoint_seconds: float,
+    runtime: Runtime = CPU,
 ) -> StageResult:
-    """Train ``model`` in place, resuming from ``checkpoint_path`` if present."""
+    """Train ``model`` in place, resuming from ``checkpoint_path`` if present.
+
+    The model trains on ``runtime.device`` (float32 weights and optimizer
+    state, the forward under autocast when ``runtime.dtype`` is bfloat16) and
+    is returned on the CPU. Checkpoints load on any device, so a run started
+    on one machine can resume on another.
+    """
+    model.to(runtime.device)
     optimizer = make_optimizer(model, schedule)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(schedule))
     state = {"step": 0, "seconds": 0.0, "loss": None}
-    saved = load_if_exists(checkpoint_path)
+    saved = load_if_exists(checkpoint_path)  # always mapped to the CPU
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -93,8 +102,9 @@ def train_stage(
     started = last_save = time.monotonic()
     seconds_before = state["seconds"]
     for step in range(state["step"], schedule.steps):
-        batch = batch_at_step(blocks, step, schedule.batch_size, seed)
-        loss, shown = loss_fn(model, batch, step)
+        batch = batch_at_step(blocks, step, schedule.batch_size, seed).to(runtime.device)
+        with runtime.autocast():
+            loss, shown = loss_fn(model, batch, step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
         optimizer.step()
@@ -111,6 +121,6 @@ def train_stage(
     bar.close()
     if saved is None or saved["state"]["step"] < schedule.steps:
         save()
-    model.eval()
+    model.eval().to("cpu")
     tokens = schedule.steps * schedule.batch_size * blocks.shape[1]
     return StageResult(schedule.steps, state["seconds"], tokens, state["loss"] or float("nan"))

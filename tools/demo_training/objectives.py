@@ -52,8 +52,10 @@ def make_distill_loss(teacher: LlamaForCausalLM, config: RunConfig):
 
     def loss_fn(model: LlamaForCausalLM, batch: torch.Tensor, step: int):
         with torch.no_grad():
-            teacher_logits = teacher(input_ids=batch).logits[:, :-1].flatten(0, 1)
-        student_logits = model(input_ids=batch).logits[:, :-1].flatten(0, 1)
+            teacher_logits = teacher(input_ids=batch).logits[:, :-1].flatten(0, 1).float()
+        # float32 softmaxes under bfloat16 autocast: the KL of near-equal
+        # distributions is a small difference of large numbers.
+        student_logits = model(input_ids=batch).logits[:, :-1].flatten(0, 1).float()
         kl = F.kl_div(
             F.log_softmax(student_logits / temperature, dim=-1),
             F.log_softmax(teacher_logits / temperature, dim=-1),
