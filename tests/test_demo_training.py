@@ -7,6 +7,7 @@ subprocess, exactly as a user would run it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -130,3 +131,271 @@ def test_committed_demo_models_load_offline():
 def test_committed_demo_models_fit_size_budget():
     total = sum(p.stat().st_size for p in COMMITTED_MODELS.rglob("*") if p.is_file())
     assert total < 40e6
+
+
+# ----------------------------------------------------------------- v2 corpus
+
+def import_demo_training():
+    """The build package lives under tools/ (run as a script, not installed)."""
+    tools = str(REPO_ROOT / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+
+
+REST_SAMPLE = """.. _tut-example:
+
+.. index::
+   single: example
+
+Example Section
+===============
+
+Use :func:`~os.path.join` and :keyword:`!for` with ``literal`` text; see
+:ref:`the tutorial <tut-intro>` and :pep:`8`. For example::
+
+   >>> print("hi")
+   hi
+
+.. note::
+   Notes keep their text.
+
+.. function:: spam(eggs)
+   :noindex:
+
+   Return spam.
+
+.. This is a comment
+   spanning two lines.
+
+Last paragraph.
+"""
+
+
+def test_rest_sources_reduce_to_reader_text():
+    import_demo_training()
+    from demo_training.python_docs import rest_to_text
+
+    text = rest_to_text(REST_SAMPLE)
+    assert "Example Section\n\nUse join and for with literal text; see\nthe tutorial and PEP 8." in text
+    assert "For example:\n\n   >>> print(\"hi\")\n   hi" in text
+    assert "Note:\n   Notes keep their text." in text
+    assert "spam(eggs)\n\n   Return spam." in text
+    for markup in (".. ", ":func:", "``", "====", "tut-example", "single: example", "comment", ":noindex:"):
+        assert markup not in text
+    assert text.endswith("Last paragraph.\n")
+
+
+HTML_SAMPLE = """<html><head><title>t</title><script>var x = 1;</script></head><body>
+<div class="related" role="navigation"><ul><li><a href="index.html">index</a></li></ul></div>
+<div class="body" role="main"><section><h1>Title<a class="headerlink" href="#t">¶</a></h1>
+<p>First   paragraph
+ of text.</p><pre>def f():
+    return 1</pre></section></div>
+<div class="sphinxsidebar"><p>Sidebar</p></div><div class="footer">Footer</div></body></html>"""
+
+
+def test_html_pages_keep_main_text_and_drop_navigation():
+    import_demo_training()
+    from demo_training.python_docs import html_to_text
+
+    text = html_to_text(HTML_SAMPLE)
+    assert text == "Title\n\nFirst paragraph of text.\n\ndef f():\n    return 1\n"
+
+
+def make_docs_tree(root: Path, with_sources: bool) -> Path:
+    (root / "library").mkdir(parents=True)
+    (root / "c-api").mkdir()
+    (root / "library" / "spam.html").write_text(HTML_SAMPLE.replace("Title", "Spam"))
+    (root / "c-api" / "abstract.html").write_text(HTML_SAMPLE)  # not a prose section
+    if with_sources:
+        (root / "_sources" / "library").mkdir(parents=True)
+        (root / "_sources" / "library" / "spam.rst.txt").write_text(REST_SAMPLE)
+    return root
+
+
+@pytest.mark.parametrize("with_sources", [True, False])
+def test_docs_documents_prefer_sources_and_fall_back_to_html(tmp_path, with_sources):
+    import_demo_training()
+    from demo_training.python_docs import docs_documents
+
+    documents = docs_documents(make_docs_tree(tmp_path, with_sources))
+    assert [(d.name, d.domain) for d in documents] == [("docs:library/spam", "prose")]
+    assert ("Example Section" in documents[0].text) == with_sources
+    assert ("Spam" in documents[0].text) != with_sources
+
+
+def test_missing_docs_error_names_the_install_command(tmp_path):
+    import_demo_training()
+    from demo_training.python_docs import PythonDocsMissing, docs_documents, docs_package
+
+    with pytest.raises(PythonDocsMissing) as error:
+        docs_documents(tmp_path / "absent")
+    assert f"sudo apt-get install {docs_package()}" in str(error.value)
+    assert docs_package() == f"python{sys.version_info.major}.{sys.version_info.minor}-doc"
+
+
+def test_build_without_docs_fails_fast_with_the_install_command(tmp_path):
+    command = [sys.executable, str(BUILD_SCRIPT), "--out", str(tmp_path / "out"),
+               "--cache-dir", str(tmp_path / "cache"), "--docs-dir", str(tmp_path / "absent")]
+    process = subprocess.run(command, env=offline_environment(), capture_output=True, text=True,
+                             timeout=120, cwd=REPO_ROOT)
+    assert process.returncode == 2
+    assert "apt-get install python3" in process.stderr and "Traceback" not in process.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_heldout_split_is_by_document_name_and_stable():
+    import_demo_training()
+    from demo_training.corpus import DOCS_HELDOUT_PERCENT, is_heldout
+
+    names = [f"docs:library/module{i}" for i in range(2000)]
+    held = [n for n in names if is_heldout(n, DOCS_HELDOUT_PERCENT)]
+    assert held == [n for n in names if is_heldout(n, DOCS_HELDOUT_PERCENT)]
+    assert 0.04 < len(held) / len(names) < 0.08
+
+
+def test_corpus_records_a_licence_for_every_source():
+    import_demo_training()
+    from demo_training.corpus import source_licences
+
+    for source, expected in (("pydoc", "pydoc topics"), ("docs", "Python documentation")):
+        licences = source_licences(source)
+        assert set(licences) == {"stdlib code", expected}
+        assert all("PSF License" in text for text in licences.values())
+
+
+HELDOUT_PROMPTS = REPO_ROOT / "tools" / "demo_training" / "heldout_prompts.json"
+
+
+def test_heldout_prompts_cover_code_and_prose_and_are_not_in_the_corpus():
+    import_demo_training()
+    from demo_training.corpus import split_documents
+    from demo_training.python_docs import PythonDocsMissing
+
+    prompts = json.loads(HELDOUT_PROMPTS.read_text())["prompts"]
+    assert len(prompts) >= 10 and len({p["id"] for p in prompts}) == len(prompts)
+    assert {p["domain"] for p in prompts} == {"code", "prose"}
+    assert min(sum(p["domain"] == d for p in prompts) for d in ("code", "prose")) >= 5
+    try:
+        split = split_documents(prose_source="docs")
+    except PythonDocsMissing:
+        split = split_documents()
+    corpus = "\n".join(d.text for d in split.train + split.heldout_code + split.heldout_prose)
+    for prompt in prompts:
+        assert not prompt["text"].endswith("\n")
+        assert prompt["text"][:48] not in corpus, prompt["id"]
+
+
+# ---------------------------------------------------------- v2 configuration
+
+def shape_parameters(shape, vocab: int) -> int:
+    """Parameters of a tied-embedding Llama of ``shape`` (norms included)."""
+    layer = 4 * shape.hidden_size**2 + 3 * shape.hidden_size * shape.intermediate_size + 2 * shape.hidden_size
+    return shape.num_layers * layer + vocab * shape.hidden_size + shape.hidden_size
+
+
+@pytest.mark.parametrize("run", ["v1", "v2", "gpu"])
+def test_family_leaves_room_for_heads_within_60_mb(run):
+    import_demo_training()
+    from demo_training.config import select_config
+
+    config = select_config(run, quick=False)
+    megabytes = 2 * sum(shape_parameters(s, config.vocab_size) for s in (config.target, config.draft)) / 1e6
+    # Learned heads are about 1.3 target layers plus 0.6 embedding matrices
+    # each (v1: 3.2 MB beside a 3.5 MB target), two tokenizers about 1 MB.
+    assert megabytes < 40, megabytes
+
+
+def test_runs_are_frozen_and_keyed_apart():
+    import_demo_training()
+    from demo_training.config import CONFIGS, DEFAULT_RUN, select_config
+
+    configs = {name: select_config(name, quick=False) for name in CONFIGS}
+    assert DEFAULT_RUN == "v2" and configs["v2"].prose_source == "docs"
+    assert len({c.target_fingerprint() for c in configs.values()}) == len(configs)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        configs["v2"].seed = 1  # type: ignore[misc]
+    assert select_config("gpu", quick=True) == select_config("v2", quick=True)
+
+
+def test_default_cache_is_outside_the_repository(monkeypatch, tmp_path):
+    import_demo_training()
+    sys.path.insert(0, str(BUILD_SCRIPT.parent))
+    try:
+        import train_demo_models
+    finally:
+        sys.path.remove(str(BUILD_SCRIPT.parent))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    default = train_demo_models.default_cache_dir()
+    assert default == Path.home() / ".cache" / "spec-playground" / "demo_training"
+    assert REPO_ROOT not in default.parents
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert train_demo_models.default_cache_dir() == tmp_path / "spec-playground" / "demo_training"
+    assert train_demo_models.parse_args([]).run == "v2"
+    with pytest.raises(SystemExit):
+        train_demo_models.parse_args(["--run", "gpu"])  # sized for a GPU: needs --device cuda
+
+
+# ------------------------------------------- training loop: dtype and resume
+
+class Killed(Exception):
+    """Stands in for the process being killed mid-run."""
+
+
+def tiny_stage(folder: Path, runtime, kill_at_step: int | None = None):
+    """Six steps of a tiny model; checkpoints after every step."""
+    import_demo_training()
+    import torch
+    from demo_training.config import ModelShape, StageSchedule
+    from demo_training.loop import train_stage
+    from demo_training.models import build_model, llama_config
+
+    model = build_model(llama_config(ModelShape(32, 1, 2, 64), 64, 16, 0), seed=0)
+    blocks = torch.randint(1, 64, (12, 16), generator=torch.Generator().manual_seed(0))
+    schedule = StageSchedule(steps=6, batch_size=2, peak_lr=1e-3, warmup_steps=1)
+
+    def loss_fn(m, batch, step):
+        if step == kill_at_step:
+            raise Killed
+        loss = m(input_ids=batch, labels=batch).loss
+        return loss, loss.item()
+
+    train_stage("tiny", model, loss_fn, blocks, schedule, 0, folder / "stage.ckpt", 0.0, runtime)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
+    import_demo_training()
+    import torch
+    from demo_training.runtime import CPU
+
+    straight = tiny_stage(tmp_path / "straight", CPU)
+    with pytest.raises(Killed):
+        tiny_stage(tmp_path / "resumed", CPU, kill_at_step=3)
+    assert torch.load(tmp_path / "resumed" / "stage.ckpt", weights_only=False)["state"]["step"] == 3
+    resumed = tiny_stage(tmp_path / "resumed", CPU)
+    assert all(torch.equal(straight[name], resumed[name]) for name in straight)
+
+
+def test_bfloat16_autocast_trains_on_cpu(tmp_path):
+    import_demo_training()
+    import torch
+    from demo_training.runtime import Runtime
+
+    weights = tiny_stage(tmp_path, Runtime("cpu", "bfloat16"))
+    assert all(w.dtype == torch.float32 and w.device.type == "cpu" for w in weights.values())
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_gpu_recipe_runs_on_cpu_at_quick_size_in_bfloat16(tmp_path, quiet_transformers):
+    """The GPU code path (bfloat16 autocast, device moves) end to end, on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    command = [sys.executable, str(BUILD_SCRIPT), "--run", "gpu", "--quick", "--device", "cpu",
+               "--dtype", "bfloat16", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
+    process = subprocess.run(command, env=offline_environment(), capture_output=True, text=True,
+                             timeout=2 * QUICK_BUILD_LIMIT_S, cwd=REPO_ROOT)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert "bfloat16" in process.stderr  # the run says how it trains
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "draft")
+    assert model.config.num_hidden_layers == 1
