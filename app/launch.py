@@ -27,18 +27,21 @@ class HistoryOutOfCollector(QObject):
     A full collection walks every tracked object on the GUI thread: with torch and transformers imported
     and a long run's history (thousands of small event objects) that is 400+ ms of frozen window. The
     history holds no reference cycles, so reference counting still frees it when the next run begins;
-    frozen, it is simply never walked.
+    frozen, it is simply never walked. Freezing before a run's thread starts also keeps a collection that
+    happens on that thread (the engine's own gc.collect after an out-of-memory error) from finalising Qt
+    objects left over from earlier, which can deadlock it with the GUI thread. Whatever opens a window
+    (the entry points here, the tests, tools/soak.py) installs this policy on its session.
     """
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self._session = session
         self._frozen_blocks = 0  # blocks of FREEZE_EVERY_PASSES passes already frozen in this run
-        session.sig_started.connect(self._on_started)
+        session.sig_begun.connect(self._on_begun)  # before the run's thread starts
         session.sig_refresh.connect(self._on_refresh)
         session.sig_ended.connect(lambda _event: gc.freeze())
 
-    def _on_started(self, _event) -> None:
+    def _on_begun(self) -> None:
         self._frozen_blocks = 0
         gc.freeze()  # what the app holds already (modules, models, widgets) is never walked
 

@@ -95,6 +95,7 @@ class Session(QObject):
     """History of the current run; widgets read it when `sig_refresh` fires."""
 
     sig_refresh = Signal()
+    sig_begun = Signal()  # a new run's history begins: the previous one was just forgotten
     sig_started = Signal(object)  # StartEvent
     sig_ended = Signal(object)  # EndEvent
     sig_notice = Signal(object)  # NoticeEvent
@@ -125,6 +126,7 @@ class Session(QObject):
     def begin(self) -> None:
         """Forget the previous run and start the refresh timer."""
         self.reset()
+        self.sig_begun.emit()
         self._timer.start()
 
     def flush(self) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from PySide6.QtCore import QByteArray, QSettings
 
@@ -17,6 +19,7 @@ from app.engine.settings import DecodeSettings, SettingsError, settings_from_dic
 
 log = logging.getLogger(__name__)
 DEFAULT_REQUEST = dict(target=None, draft=None, device="auto", dtype="auto")
+T = TypeVar("T")
 _CORRUPTED = (TypeError, ValueError, KeyError, SettingsError, json.JSONDecodeError)
 
 
@@ -54,15 +57,18 @@ class SettingsStore:
     def load(self) -> SavedState:
         if self.store.status() != QSettings.Status.NoError:
             return SavedState(warnings=(_warning("the settings file could not be read"),))
-        parts, warnings = {}, []
-        for name, read in (("layout", self._layout), ("models", self._model_request), ("decode", self._decode),
-                           ("controls", self._controls)):
+        warnings: list[str] = []
+
+        def part(name: str, read: Callable[[], T]) -> T | None:
             try:
-                parts[name] = read()
+                return read()
             except _CORRUPTED as error:
                 warnings.append(_warning(f"{name}: {error}"))
-        return SavedState(layout=parts.get("layout"), model_request=parts.get("models"), decode=parts.get("decode"),
-                          controls=parts.get("controls"), warnings=tuple(warnings))
+                return None
+
+        return SavedState(layout=part("layout", self._layout), model_request=part("models", self._model_request),
+                          decode=part("decode", self._decode), controls=part("controls", self._controls),
+                          warnings=tuple(warnings))
 
     def _layout(self) -> SavedLayout:
         geometry, state = self.store.value("window/geometry"), self.store.value("window/state")

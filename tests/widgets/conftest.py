@@ -16,12 +16,14 @@ def store(tmp_path):
 
 @pytest.fixture
 def make_window(qtbot, store):
+    from app.launch import HistoryOutOfCollector
     from app.main_window import MainWindow
 
     windows = []
 
     def make(engine=None):
         window = MainWindow(settings=store, engine_process=False)  # in-process models, so tests can patch them
+        HistoryOutOfCollector(window.session)  # the collector policy of the app's entry points
         qtbot.addWidget(window)
         window.show()  # offscreen: paints and lays out like a real session
         if engine is not None:

@@ -21,9 +21,11 @@ LOAD_MS = 120_000  # a fresh process imports torch and transformers before it lo
 
 @pytest.fixture
 def process_window(qtbot, store):
+    from app.launch import HistoryOutOfCollector
     from app.main_window import MainWindow
 
     window = MainWindow(settings=store)  # the app's default: an engine process
+    HistoryOutOfCollector(window.session)  # the collector policy of the app's entry points
     qtbot.addWidget(window)
     window.show()
     yield window
