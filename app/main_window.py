@@ -226,6 +226,11 @@ class MainWindow(QMainWindow):
         engine = decoder if isinstance(decoder, EngineProcess) else LocalEngine(models, decoder)
         self.set_engine(engine, request)
 
+    @property
+    def decoder(self) -> Engine | None:
+        """The older name of `engine`, kept while tools/soak.py reads it."""
+        return self.engine
+
     def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
 
