@@ -20,10 +20,6 @@ class IncompatibleTokenizerError(EngineError):
     """The drafter does not share the target's vocabulary."""
 
 
-class DrafterError(EngineError):
-    """A drafter failed during a pass; the decoder skips it and reports this."""
-
-
 class ContextTooLongError(EngineError):
     """The prompt does not fit in the target's context window."""
 
@@ -68,7 +64,6 @@ __all__ = [
     "EngineError",
     "ModelLoadError",
     "IncompatibleTokenizerError",
-    "DrafterError",
     "ContextTooLongError",
     "OutOfMemoryError",
     "SettingsError",

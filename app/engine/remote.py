@@ -39,7 +39,7 @@ from app.engine.settings import ControlRequests, DecodeSettings, GenerationContr
 POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
 DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
 _TYPED_ERRORS = {cls.__name__: cls for cls in (
-    SettingsError, errors.ModelLoadError, errors.IncompatibleTokenizerError, errors.DrafterError,
+    SettingsError, errors.ModelLoadError, errors.IncompatibleTokenizerError,
     errors.ContextTooLongError, errors.OutOfMemoryError,
 )}
 
