@@ -1,6 +1,6 @@
 """The pass loop: draft, verify in ONE target forward, commit 1..K+1 tokens, crop caches.
 
-Notation (ALGORITHMS.md): the committed sequence `ids` has N tokens (prompt and
+Notation (docs/ALGORITHMS.md §1-§2): the committed sequence `ids` has N tokens (prompt and
 generated); the target's cache holds all of them but the last. A pass drafts
 K' <= K tokens `x`, feeds `[ids[-1], x_0 .. x_{K'-1}]` to the target, gets
 logits (K'+1, V), accepts a prefix of length `a` by the verification rule

@@ -5,7 +5,7 @@ pass (and `NoticeEvent`s, e.g. when a drafter failed and was skipped), then
 exactly one `EndEvent`. Events never hold tensors and are never mutated, so
 the window may keep them and another thread may read them.
 
-Notation as in ALGORITHMS.md: `p` is the target's probability of a token,
+Notation as in docs/ALGORITHMS.md §1: `p` is the target's probability of a token,
 `q` the drafter's (None for deterministic drafters, which use a one-hot q).
 """
 

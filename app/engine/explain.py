@@ -6,11 +6,11 @@ re-runs the model: every figure is either stored in the event or a direct
 function of stored figures, so what the inspector shows is what the engine
 decided.
 
-Notation (ALGORITHMS.md): draft `x_i` at position i (0-based) of a block of
+Notation (docs/ALGORITHMS.md §1, §4.2, §5): draft `x_i` at position i (0-based) of a block of
 K' drafted tokens; `p`, `q` the target's and drafter's probabilities of
 `x_i` (a deterministic drafter has a one-hot q, so q(x_i) = 1); under
 sampling the draft is kept iff u_i <= min(1, p/q). Under ASD: regret r_i,
-suffix value q_i = K' - i, gate r_i / q_i <= g, block cap on the mismatches
+suffix value v_i = K' - i, gate r_i / v_i <= g, block cap on the mismatches
 so far <= M, cumulative charged regret C_i <= rem = B - s.
 """
 
@@ -49,8 +49,8 @@ class AsdCheck:
     """The three ASD conditions at one position, as `verify_asd` evaluates them."""
 
     regret: float  # r_i
-    suffix_value: int  # q_i = K' - i
-    gate_ratio: float  # r_i / q_i
+    suffix_value: int  # v_i = K' - i
+    gate_ratio: float  # r_i / v_i
     gate: float  # g
     mismatch: bool  # x_i differs from the target's argmax
     block_mismatches: int  # mismatches in positions 0..i
@@ -308,7 +308,7 @@ def _asd_summary(inspection: PassInspection) -> list[str]:
         if position.token.outcome == ASD_EXCEPTION and check is not None:
             sentences.append(
                 f"ASD accepted {_quote(position.token.text, position.token.id)} at position {position.index + 1} "
-                f"although the target preferred another token: its regret {check.regret:.3g} over its suffix value q = "
+                f"although the target preferred another token: its regret {check.regret:.3g} over its suffix value v = "
                 f"{check.suffix_value} is {check.gate_ratio:.3g} ≤ g = {check.gate:.3g}, it is mismatch "
                 f"{check.block_mismatches} of at most M = {check.cap} in this block, and the block's regret "
                 f"{check.cost:.3g} fits in the {check.remaining:.3g} left of B.")

@@ -1,6 +1,6 @@
 """Turning logits into the distributions tokens are drawn from.
 
-Notation (ALGORITHMS.md): `z` are logits over a vocabulary of size `V`, `p`
+Notation (docs/ALGORITHMS.md §1, warping §4.1): `z` are logits over a vocabulary of size `V`, `p`
 the target's probabilities and `q` the drafter's. Under the sample rule both
 `p` and `q` are *warped* the same way before they are compared:
 

@@ -55,7 +55,7 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class AsdSettings:
-    """Approximate Speculative Decoding knobs (ALGORITHMS.md section 4)."""
+    """Approximate Speculative Decoding knobs (docs/ALGORITHMS.md §5)."""
 
     budget: float = 8.0  # B: regret the whole request may spend
     gate: float = 0.25  # g: largest regret per unit of suffix value

@@ -1,6 +1,6 @@
 """Running statistics of a generation and the theory they are compared with.
 
-Notation (ALGORITHMS.md): alpha is the probability that a drafted token is
+Notation (docs/ALGORITHMS.md §6-§7): alpha is the probability that a drafted token is
 accepted, K the number of drafts per pass, c the cost of one draft step
 relative to one target forward.
 

@@ -1,4 +1,4 @@
-"""The three verification rules for one chain block (ALGORITHMS.md sections 2-4).
+"""The three verification rules for one chain block (docs/ALGORITHMS.md §3 greedy, §4 sampling, §5 ASD).
 
 Notation. The drafter proposed `K >= 0` tokens `x_0 .. x_{K-1}`. The target,
 fed `[last committed, x_0 .. x_{K-1}]` in one pass, returned logits `z` of
@@ -76,7 +76,7 @@ def _at(rows: Tensor, ids: Tensor) -> Tensor:
 
 
 def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> Verdict:
-    """Strict greedy verification (section 2): output identical to greedy decoding."""
+    """Strict greedy verification (§3): output identical to greedy decoding."""
     k = _check_block(draft_ids, target_logits, 1, "target_logits")
     y = target_logits.argmax(dim=-1)  # (K+1,)
     a = _prefix_length(draft_ids.long() == y[:k])
@@ -118,7 +118,7 @@ def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int) -> Tensor:
 
 def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
                     generator: torch.Generator) -> Verdict:
-    """Lossless speculative sampling (section 3); `p`, `q` warped identically.
+    """Lossless speculative sampling (§4.2, proof in §4.3); `p`, `q` warped identically.
 
     draft_ids (K,), p (K+1, V), q (K, V) or None for a deterministic drafter,
     u (K,) uniform draws. The committed tokens are distributed exactly as
@@ -145,7 +145,7 @@ def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
 
 
 def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> Verdict:
-    """Approximate Speculative Decoding (section 4), O(K) vectorised.
+    """Approximate Speculative Decoding (§5), O(K) vectorised.
 
     With y_i = argmax z_i, r_i = max(0, z_i[y_i] - z_i[x_i]) (float64),
     mis_i = x_i != y_i, suffix value v_i = K - i and C_i = sum_{j<=i} mis_j r_j,

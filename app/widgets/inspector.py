@@ -44,7 +44,7 @@ Q_COLOUR = "#E69F00"  # drafter
 R_COLOUR = "#009E73"  # residual
 HIGHLIGHT_PEN = pg.mkPen("#000000", width=2.5)
 COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argmax", "regret r",
-           "q_i = K−i", "r / q_i  vs g", "mismatches vs M", "C_i vs rem", "verdict")
+           "v_i = K−i", "r / v_i  vs g", "mismatches vs M", "C_i vs rem", "verdict")
 (COL_POS, COL_TOKEN, COL_P, COL_Q, COL_RATIO, COL_ACCEPT, COL_U, COL_TARGET, COL_REGRET, COL_SUFFIX, COL_GATE,
  COL_CAP, COL_COST, COL_VERDICT) = range(len(COLUMNS))
 SAMPLING_ONLY = (COL_ACCEPT, COL_U)

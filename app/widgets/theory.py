@@ -1,7 +1,7 @@
 """Theory explorer: the formulas of speculative decoding against what this run measured.
 
 With i.i.d. acceptance alpha, K drafts per pass and c = cost of one draft
-step relative to one target forward (ALGORITHMS.md section 3):
+step relative to one target forward (docs/ALGORITHMS.md §6):
 
     E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)     tokens per pass
     speedup(alpha, K, c) = E(alpha, K) / (K c + 1)

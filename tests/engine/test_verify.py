@@ -1,4 +1,4 @@
-"""The three verification rules (ALGORITHMS.md sections 2-4) on explicit tensors."""
+"""The three verification rules (docs/ALGORITHMS.md §3-§5) on explicit tensors."""
 
 from __future__ import annotations
 
@@ -427,7 +427,7 @@ def test_asd_half_precision_logits_match_float64():
 
 
 def brute_force_asd(x: list[int], z: torch.Tensor, rem: float, g: float, cap: int) -> int:
-    """Longest feasible prefix, a plain loop written from ALGORITHMS.md section 4."""
+    """Longest feasible prefix, a plain loop written from docs/ALGORITHMS.md §5.3."""
     k = len(x)
     spent, mismatches, accepted = 0.0, 0, 0
     for i in range(k):

@@ -1,6 +1,6 @@
 """What every learned drafter shares: its configuration, the target's parts it borrows, token picking.
 
-Notation (ALGORITHMS.md): the committed sequence is x_0 .. x_{N-1}; the
+Notation (docs/ALGORITHMS.md §1; the learned drafters in §8.6-§8.9): the committed sequence is x_0 .. x_{N-1}; the
 target's hidden state of layer l at position t is h^l_t, known for
 t <= N-2 (the target has not seen x_{N-1} yet); `H` is the hidden size, `V`
 the vocabulary size, `K` the draft length. A learned drafter maps those
