@@ -75,15 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG")
     shot.add_argument("path")
     shot.add_argument("--prompt", help="default: the guide's fallback-chain example")
+    shot.add_argument("--size", type=_window_size, default=(1500, 950), metavar="WxH",
+                      help="window size in pixels (default: 1500x950)")
     _add_model_options(shot)
     return parser
 
 
-def settings_from_args(args, models):
+def _window_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT in pixels, e.g. 1600x1000 (got {text!r})") from None
+    if width < 200 or height < 200:
+        raise argparse.ArgumentTypeError(f"a window needs at least 200x200 pixels (got {text})")
+    return width, height
+
+
+def settings_from_args(args, summary):
     from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings
 
     drafters = tuple(args.drafter) if args.drafter else (
-        ("draft-model",) if models.draft is not None else ("prompt-lookup",))
+        ("draft-model",) if summary.draft_name is not None else ("prompt-lookup",))
     return DecodeSettings(
         drafters=drafters, k=args.k, adaptive_k=args.adaptive_k, verify=args.verify,
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p),
@@ -94,15 +106,15 @@ def settings_from_args(args, models):
 
 
 def run_headless(args) -> int:
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
-    from app.engine.loading import load_models
 
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
-    settings = settings_from_args(args, models)
+    engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
+                                   device_map=args.device_map, heads=args.heads))
+    settings = settings_from_args(args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
-    for event in SpeculativeDecoder(models).generate(args.prompt, settings, chat_template=args.chat_template):
+    for event in engine.generate(args.prompt, settings, chat_template=args.chat_template):
         if args.jsonl:
             print(to_json_line(event, ensure_ascii=ascii_only), flush=True)
         elif isinstance(event, NoticeEvent):
@@ -169,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         if command == "bench":
             return run_bench(args)
         if command == "screenshot":
-            from app.main_window import render_screenshot
+            from app.launch import render_screenshot
 
-            render_screenshot(args.path, prompt=args.prompt, target=args.target, draft=args.draft_model)
+            render_screenshot(args.path, prompt=args.prompt, target=args.target, draft=args.draft_model,
+                              size=args.size)
             return 0
-        from app.main_window import run_gui
+        from app.launch import run_gui
 
         return run_gui(sys.argv[:1], target=getattr(args, "target", None), draft=getattr(args, "draft_model", None),
                        device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))

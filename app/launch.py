@@ -52,7 +52,7 @@ class HistoryOutOfCollector(QObject):
             gc.freeze()
 
 
-def _application(argv: list[str] | None = None) -> QApplication:
+def qt_application(argv: list[str] | None = None) -> QApplication:
     app = QApplication.instance() or QApplication(list(argv or [""]))
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
@@ -62,7 +62,7 @@ def _application(argv: list[str] | None = None) -> QApplication:
 def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str | None = None,
             device: str | None = None, dtype: str | None = None) -> int:
     """Open the window; the given models, else the last used ones (else the demo family) load in the background."""
-    app = _application(argv)
+    app = qt_application(argv)
     window = MainWindow()
     HistoryOutOfCollector(window.session)
     window.show()
@@ -76,19 +76,19 @@ def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str
     return code
 
 
-def render_screenshot(path: str, prompt: str | None = None, target: str | None = None,
-                      draft: str | None = None, max_new_tokens: int = 120) -> None:
+def render_screenshot(path: str, prompt: str | None = None, target: str | None = None, draft: str | None = None,
+                      max_new_tokens: int = 120, size: tuple[int, int] = (1500, 950)) -> None:
     """Offscreen: load, run one short real generation, wait for its end, save the window as PNG.
 
     Without a prompt, the guide's fallback-chain example runs with its drafters and K.
     """
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    app = _application()
+    app = qt_application()
     with tempfile.TemporaryDirectory() as scratch:
         store = QSettings(str(Path(scratch) / "screenshot.ini"), QSettings.Format.IniFormat)  # never the user's
         window = MainWindow(settings=store)
         HistoryOutOfCollector(window.session)
-        window.resize(1500, 950)
+        window.resize(*size)
         window.show()
         request = dict(DEFAULT_REQUEST, target=target, draft=draft)
         window.set_engine(LocalEngine.load(request), request)

@@ -58,7 +58,6 @@ EXPORTS = {
     "text": ("Export text", "Text (*.txt)"),
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
-_ENTRY_POINTS = ("run_gui", "render_screenshot", "_application", "_run_to_end")
 
 
 class MainWindow(QMainWindow):
@@ -219,17 +218,6 @@ class MainWindow(QMainWindow):
         self.status.showMessage("Models loaded", 4000)
         self.inspector.set_token_text(engine.token_text)
         self.sig_models_changed.emit(engine.summary)
-
-    def set_models(self, models, decoder, request: dict | None = None) -> None:
-        """The older form of `set_engine`, kept while tools/soak.py calls it: an engine process is used as it
-        is; in-process models and their decoder are wrapped in a LocalEngine."""
-        engine = decoder if isinstance(decoder, EngineProcess) else LocalEngine(models, decoder)
-        self.set_engine(engine, request)
-
-    @property
-    def decoder(self) -> Engine | None:
-        """The older name of `engine`, kept while tools/soak.py reads it."""
-        return self.engine
 
     def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
@@ -518,13 +506,3 @@ def _describe_setup(settings: DecodeSettings) -> str:
     if rule == "asd":
         rule = f"ASD (B = {settings.asd.budget:g}, g = {settings.asd.gate:g}, M = {settings.asd.cap})"
     return f"{chain}, K = {settings.k}, {rule}"
-
-
-def __getattr__(name: str):
-    """The entry points live in app/launch.py (which imports this module); the CLI and tools/soak.py still
-    import them from here, so they are looked up there on first use instead of importing it at the top."""
-    if name in _ENTRY_POINTS:
-        import app.launch
-
-        return getattr(app.launch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

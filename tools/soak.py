@@ -119,12 +119,13 @@ def load(request: dict):
     return models, SpeculativeDecoder(models)
 
 
-def start_engine_process(request: dict, threads: int):
-    """The window's own set-up: the models in an engine process (app/engine/remote.py)."""
+def window_engine(request: dict, models, decoder, kind: str, threads: int):
+    """The engine the window talks to: the headless models in this process (--engine thread), or the
+    window's own set-up, the models in an engine process (app/engine/remote.py)."""
+    from app.engine.engine import LocalEngine
     from app.engine.remote import EngineProcess
 
-    engine = EngineProcess(request, threads=threads)
-    return engine.summary, engine
+    return LocalEngine(models, decoder) if kind == "thread" else EngineProcess(request, threads=threads)
 
 
 def settings_for(models, tokens: int):
@@ -134,18 +135,20 @@ def settings_for(models, tokens: int):
     return DecodeSettings(drafters=chain, k=4, verify="greedy", max_new_tokens=tokens)
 
 
-def open_window(models, engine, scratch: Path):
+def open_window(engine, scratch: Path):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow, _application
+    from app.launch import HistoryOutOfCollector, qt_application
+    from app.main_window import MainWindow
 
-    app = _application()
+    app = qt_application()
     store = QSettings(str(scratch / "soak.ini"), QSettings.Format.IniFormat)  # never the user's settings
     store.setValue("guide/seen", True)
     window = MainWindow(settings=store)
+    HistoryOutOfCollector(window.session)
     window.resize(1500, 950)
     window.show()
-    window.set_models(models, engine)
+    window.set_engine(engine)
     window.charts_dock.raise_()  # charts skip redraws while hidden: keep them on screen
     app.processEvents()
     return app, window
@@ -255,7 +258,7 @@ def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
                             "qobjects": len(window.findChildren(QObject)), "rss_mb": round(rss_mb(), 1),
                             "session_events": len(window.session.events),
                             # a diagnostic; an engine process keeps its drafters to itself
-                            "decoder_drafters": len(getattr(window.decoder, "_drafters", ()))})
+                            "decoder_drafters": len(getattr(getattr(window.engine, "decoder", None), "_drafters", ()))})
     first, last = samples[0], samples[-1]
     return {
         "runs": runs, "tokens_per_run": tokens, "samples": samples,
@@ -322,9 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         request = model_request(args.target, args.draft, Path(scratch))
         models, decoder = load(request)
-        window_models, engine = (models, decoder) if args.engine == "thread" else start_engine_process(request,
-                                                                                                       args.threads)
-        app, window = open_window(window_models, engine, Path(scratch))
+        engine = window_engine(request, models, decoder, args.engine, args.threads)
+        app, window = open_window(engine, Path(scratch))
         figures["target"], figures["engine"] = models.target_name, args.engine
         if args.check in ("long", "all"):
             figures["long"] = report("long", soak_long(app, window, models, args.tokens or 10_000))
