@@ -124,6 +124,7 @@ def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seco
     evaluation = evaluate_folder(out_dir, split, config.eval_blocks_per_domain, config.sample_new_tokens)
     training = {
         "hardware": hardware(runtime),
+        "precision": "float32" if runtime.dtype == "float32" else "bfloat16 mixed-precision (float32 weights)",
         "torch": torch.__version__,
         "target": stage_summary(target_result),
         "draft": stage_summary(draft_result),

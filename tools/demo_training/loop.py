@@ -113,7 +113,9 @@ def train_stage(
         state["step"] = step + 1
         state["loss"] = smoothed(state["loss"], shown)
         state["seconds"] = seconds_before + time.monotonic() - started
-        bar.set_postfix_str(f"loss {state['loss']:.3f} lr {scheduler.get_last_lr()[0]:.2e}")
+        # refresh=False: the bar redraws at its own interval (one line per
+        # step would flood a nohup log).
+        bar.set_postfix_str(f"loss {state['loss']:.3f} lr {scheduler.get_last_lr()[0]:.2e}", refresh=False)
         bar.update(1)
         if time.monotonic() - last_save >= checkpoint_seconds:
             save()

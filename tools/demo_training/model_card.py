@@ -15,6 +15,13 @@ DRAFTER_TODO = (
     "speed-ups of each drafter measured with the real speculative-decoding engine)."
 )
 REBUILD_COMMAND = "python tools/train_demo_models.py"
+# Extra arguments that rebuild each named run (v2 is the default run).
+RUN_ARGUMENTS = {"v2": "", "full": " --run v1", "gpu": " --run gpu --device cuda --dtype bfloat16",
+                 "quick": " --quick --out DIR"}
+
+
+def rebuild_command(run_name: str) -> str:
+    return REBUILD_COMMAND + RUN_ARGUMENTS.get(run_name, "")
 
 
 def write_playground_json(folder: Path, exit_depth: int, seed: int) -> None:
@@ -101,13 +108,14 @@ def samples_section(samples: list[dict]) -> str:
 
 PROSE_DESCRIPTIONS = {
     "pydoc": """- prose: `pydoc_data/topics.py`, the Python language reference rendered as
-  plain text (upweighted {repeats}x in training).""",
+  plain text ({weighting}).""",
     "docs": """- prose: the Python {docs_version} documentation installed on the build machine
   (Debian's `python3.11-doc`): the tutorial, the library reference, the
   language reference, the HOWTOs, the FAQ, "Using Python", the glossary and
   "Installing Python modules", read from the reST sources Sphinx ships with
-  the HTML and reduced to the text a reader sees (markup, index entries,
-  comments and layout tables removed; upweighted {repeats}x in training).""",
+  the HTML (or, without them, the main text of the HTML pages) and reduced
+  to the text a reader sees (markup, index entries, comments and layout
+  tables removed; {weighting}).""",
 }
 
 
@@ -118,8 +126,9 @@ def licence_lines(corpus: dict) -> str:
 
 def corpus_section(corpus: dict, prose_repeats: int = 2) -> str:
     source = corpus.get("prose_source", "pydoc")
-    prose = PROSE_DESCRIPTIONS[source].format(repeats=prose_repeats,
-                                              docs_version=corpus.get("docs_version", "3"))
+    weighting = f"upweighted {prose_repeats}x in training" if prose_repeats > 1 else "not upweighted"
+    prose = PROSE_DESCRIPTIONS[source].format(weighting=weighting,
+                                              docs_version=corpus.get("docs_version") or "3")
     heldout_percent = "12 (prose topics)" if source == "pydoc" else "6 (documentation pages)"
     return f"""Text from the **CPython {corpus['python_version']} standard library** of the
 interpreter that ran the build (found with `sysconfig.get_paths()["stdlib"]`)
@@ -157,7 +166,7 @@ def training_section(config: dict, training: dict) -> str:
     exit_text = ", ".join(f"layer {d}: {w:.3f}" for d, w in weights.items())
     ts, ds = config["target_schedule"], config["draft_schedule"]
     return f"""- Seed: `{config['seed']}` (model initialisation, document order, batch order).
-- Hardware: {training['hardware']}; float32 training, weights exported as
+- Hardware: {training['hardware']}; {training.get('precision', 'float32')} training, weights exported as
   bfloat16. Wall times below were measured on that shared machine and vary
   with its load.
 - Tokenizer: byte-level BPE (`tokenizers`), vocabulary {config['vocab_size']},
@@ -250,7 +259,7 @@ is off-distribution and the model tends to continue with an unindented line.
 ## Reproduce
 
 ```
-{REBUILD_COMMAND}
+{rebuild_command(config['name'])}
 python tools/evaluate_demo_models.py
 ```
 

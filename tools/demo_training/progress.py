@@ -35,7 +35,7 @@ class PlainProgress:
             print(f"{self.desc}: {self.count}/{self.total} {self.eta_text()} {self.postfix}",
                   file=sys.stderr, flush=True)
 
-    def set_postfix_str(self, text: str) -> None:
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         self.postfix = text
 
     def close(self) -> None:
