@@ -9,9 +9,10 @@ from tools import soak
 
 def test_long_run_then_repeated_runs_stay_bounded(qtbot, tmp_path):
     request = soak.model_request(None, None, tmp_path)
-    models, engine = soak.start_engine_process(request, threads=1)
+    engine = soak.start_engine_process(request, threads=1)
+    models = engine.summary
     assert models.context_length >= 10_000  # the long-context tiny model the full soak needs
-    app, window = soak.open_window(models, engine, tmp_path)
+    app, window = soak.open_window(engine, tmp_path)
     qtbot.addWidget(window)
     try:
         long = soak.soak_long(app, window, models, tokens=800)

@@ -119,13 +119,19 @@ def load(request: dict):
     return models, SpeculativeDecoder(models)
 
 
-def window_engine(request: dict, models, decoder, kind: str, threads: int):
-    """The engine the window talks to: the headless models in this process (--engine thread), or the
-    window's own set-up, the models in an engine process (app/engine/remote.py)."""
-    from app.engine.engine import LocalEngine
+def start_engine_process(request: dict, threads: int):
+    """The window's own set-up: the models in an engine process (app/engine/remote.py)."""
     from app.engine.remote import EngineProcess
 
-    return LocalEngine(models, decoder) if kind == "thread" else EngineProcess(request, threads=threads)
+    return EngineProcess(request, threads=threads)
+
+
+def window_engine(request: dict, models, decoder, kind: str, threads: int):
+    """The engine the window talks to: the headless models in this process (--engine thread), or an
+    engine process."""
+    from app.engine.engine import LocalEngine
+
+    return LocalEngine(models, decoder) if kind == "thread" else start_engine_process(request, threads)
 
 
 def settings_for(models, tokens: int):
