@@ -144,7 +144,7 @@ def run_interleaved(table: dict[str, Callable], prompts: list[BenchPrompt], repe
     for name, generate in table.items():
         progress(f"warm-up {name}")
         generate(prompts[0])
-    runs = {name: [[] for _ in range(repeats)] for name in table}
+    runs: dict[str, list[list[Run]]] = {name: [[] for _ in range(repeats)] for name in table}
     peaks = {name: 0.0 for name in table}
     for repeat in range(repeats):
         for index, prompt in enumerate(prompts):

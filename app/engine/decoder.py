@@ -325,6 +325,7 @@ class SpeculativeDecoder:
     def _end_event(self, req: _Request, reason: EndReason, error: Exception | None, elapsed_s: float) -> EndEvent:
         generated = req.ids[req.n_prompt:].tolist()
         text = self.models.tokenizer.decode(generated, skip_special_tokens=True)
+        assert isinstance(text, str), "one sequence of ids decodes to one string (a list is for a batch)"
         return EndEvent(reason=reason, token_ids=tuple(generated), text=text, passes=req.passes,
                         elapsed_s=elapsed_s, stats=req.stats.snapshot(),
                         error=None if error is None else str(error),

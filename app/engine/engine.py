@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from app.engine.events import Event
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
@@ -116,8 +116,9 @@ class LocalEngine:
         return Race(self.models).generate(prompt, live, control, chat_template=chat_template)
 
     def token_text(self, token_id: int) -> str:
-        tokenizer: Any = self.models.tokenizer  # a Hugging Face tokenizer, untyped in LoadedModels
-        return tokenizer.decode([token_id])
+        text = self.models.tokenizer.decode([token_id])
+        assert isinstance(text, str), "one sequence of ids decodes to one string (a list is for a batch)"
+        return text
 
     def close(self) -> None:
         """Nothing to end: the models are freed with the last reference to them."""

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -25,6 +26,12 @@ from app.engine.errors import (
     release_memory,
 )
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    # What AutoModelForCausalLM.from_pretrained is declared to return: a PreTrainedModel that can also `generate`.
+    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
+
 DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -32,12 +39,12 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.floa
 
 @dataclass
 class LoadedModels:
-    target: torch.nn.Module
-    tokenizer: object
+    target: CausalLM
+    tokenizer: PreTrainedTokenizerBase
     target_name: str
     device: torch.device
     dtype: torch.dtype
-    draft: torch.nn.Module | None = None
+    draft: CausalLM | None = None
     draft_name: str | None = None
     default_exit_layer: int = 1
     extras: dict = field(default_factory=dict)  # learned heads (heads/format.py HeadSpec), keyed by drafter name
@@ -162,10 +169,12 @@ def _is_damaged_weights(exc: BaseException) -> bool:
     """A safetensors (or torch pickle) file that cannot be parsed: truncated, overwritten, not weights at all."""
     from safetensors import SafetensorError
 
-    while exc is not None:
-        if isinstance(exc, SafetensorError) or "deserializ" in str(exc) or "PytorchStreamReader" in str(exc):
+    current: BaseException | None = exc
+    while current is not None:
+        if (isinstance(current, SafetensorError) or "deserializ" in str(current)
+                or "PytorchStreamReader" in str(current)):
             return True
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 
@@ -221,21 +230,23 @@ class _Nowhere:
         pass
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(os.path.expanduser(name))
     except Exception as exc:
         raise _load_error(name, exc) from exc
 
 
-def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None):
-    kwargs = {"dtype": dtype}
+def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> CausalLM:
+    kwargs: dict[str, torch.dtype | str] = {"dtype": dtype}
     if device_map:
         kwargs["device_map"] = device_map
     try:
         model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), **kwargs)
         if not device_map:
-            model = model.to(device)
+            # In place (a module's `to` returns the module itself). The ignore: transformers decorates `to` with
+            # functools.wraps, whose typeshed stub leaves `self` unbound, so the device is taken for `self`.
+            model.to(device)  # type: ignore[arg-type]
     except Exception as exc:
         model = None  # drop the half-loaded weights before releasing memory
         if is_out_of_memory(exc):
@@ -243,6 +254,7 @@ def load_causal_lm(name: str, device: torch.device, dtype: torch.dtype, device_m
             raise OutOfMemoryError(f"out of memory while loading {name!r}; memory was released. Choose a smaller "
                                    "model, a smaller dtype (bfloat16 / float16) or another device.") from None
         raise _load_error(name, exc) from exc
+    assert model is not None, "set in the try block; the except block always raises"
     return model.eval()
 
 
@@ -295,6 +307,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype)
     models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
     if draft:
+        assert draft_files is not None, "fetched above whenever a draft model is named"
         report(0.75, f"loading {draft}")
         check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
         models.draft = load_causal_lm(draft_files, torch_device, torch_dtype)
