@@ -12,12 +12,16 @@ vocabulary-sized matrix.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
 from app.engine.sampling import TokenSampler
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FORMAT_VERSION = 1
 
@@ -31,8 +35,8 @@ class TargetShape:
     num_layers: int
 
     @classmethod
-    def of(cls, target: nn.Module, num_layers: int) -> TargetShape:
-        return cls(int(target.get_input_embeddings().weight.shape[1]),
+    def of(cls, target: PreTrainedModel, num_layers: int) -> TargetShape:
+        return cls(int(weight_of(target.get_input_embeddings()).shape[1]),
                    int(target.get_output_embeddings().weight.shape[0]), int(num_layers))
 
 
@@ -61,6 +65,13 @@ class HeadConfig:
                    format_version=int(payload.get("format_version", FORMAT_VERSION)))
 
 
+def weight_of(layer: nn.Module) -> torch.Tensor:
+    """A layer's `weight` (torch types a module's attributes as tensor-or-module; a layer's weight is a tensor)."""
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor), f"{type(layer).__name__}.weight is not a tensor"
+    return weight
+
+
 def fused_layers(num_layers: int) -> tuple[int, ...]:
     """Low, middle and high feature layers (EAGLE-3 style); the high one is the final, normed state."""
     return tuple(sorted({1, max(1, num_layers // 2), num_layers}))
@@ -74,12 +85,12 @@ class TargetParts:
         self.lm_head = lm_head
 
     @classmethod
-    def of(cls, target: nn.Module) -> TargetParts:
+    def of(cls, target: PreTrainedModel) -> TargetParts:
         return cls(target.get_input_embeddings(), target.get_output_embeddings())
 
     @property
     def device(self) -> torch.device:
-        return self.embedding.weight.device
+        return weight_of(self.embedding).device
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(...,) token ids -> (..., H)."""
@@ -119,8 +130,8 @@ def as_draft(tokens: list[torch.Tensor] | torch.Tensor, rows: list[torch.Tensor]
     return Draft(tokens.reshape(-1).cpu(), rows.reshape(tokens.numel(), -1))
 
 
-def has_features(features: list[torch.Tensor] | None) -> bool:
-    return bool(features) and features[0].shape[0] > 0
+def has_features(features: list[torch.Tensor] | None) -> TypeGuard[list[torch.Tensor]]:
+    return features is not None and len(features) > 0 and features[0].shape[0] > 0
 
 
 def fuse_input(features: list[torch.Tensor]) -> torch.Tensor:

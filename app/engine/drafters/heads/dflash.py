@@ -67,6 +67,7 @@ class DFlashDrafterModel(nn.Module):
                 context_positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Block rows (..., Tq, H) attend to [context (..., Tc, H); themselves] under mask (Tq, Tc+Tq)."""
         for layer in self.layers:
+            assert isinstance(layer, Block)  # for the type checker: nn.ModuleList yields plain modules
             memory = layer.attn.keys_values(context, context_positions).cat(layer.keys_values(rows, positions))
             rows = layer(rows, positions, memory, mask)
         return self.out_norm(rows)

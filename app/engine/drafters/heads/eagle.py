@@ -60,8 +60,10 @@ class EagleHead(nn.Module):
         """Inputs u (..., T, H) from token embeddings and (fused or own) features, both (..., T, H)."""
         return self.proj(torch.cat([embedded, feature], dim=-1))
 
-    def step(self, u: torch.Tensor, positions: torch.Tensor, memory: KeysValues) -> tuple[torch.Tensor, KeysValues]:
-        """Rows u (T, H) at `positions` after the rows in `memory` -> outputs o (T, H), memory with them."""
+    def step(self, u: torch.Tensor, positions: torch.Tensor,
+             memory: KeysValues | None) -> tuple[torch.Tensor, KeysValues]:
+        """Rows u (T, H) at `positions` after the rows in `memory` (None: no rows yet) -> outputs o (T, H), memory
+        with them."""
         memory = memory.cat(self.block.keys_values(u, positions)) if memory is not None \
             else self.block.keys_values(u, positions)
         visible = memory.tail(self.window + positions.numel())
@@ -91,7 +93,7 @@ class EagleDrafter(HeadDrafter):
         # Row i depends on x_0 .. x_{i+1}; recompute at least the last row to get its output.
         cached = len(self.memory) if self.memory is not None else 0
         valid = max(0, min(common_prefix_length(self.seen, ids) - 1, n_rows - 1, cached))
-        memory = self.memory.head(valid) if valid else None
+        memory = self.memory.head(valid) if valid and self.memory is not None else None  # valid <= cached
         fused = self.module.fuse(fuse_input([f[valid:] for f in features]))  # (T, H)
         u = self.module.rows(self.parts.embed(ids[valid + 1: n_rows + 1]), fused)  # (T, H)
         positions = torch.arange(valid, n_rows, device=fused.device)

@@ -33,14 +33,25 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from app.engine.drafters.heads.common import FORMAT_VERSION, HeadConfig, HeadDrafter, TargetParts, TargetShape
+from app.engine.drafters.heads.common import (
+    FORMAT_VERSION,
+    HeadConfig,
+    HeadDrafter,
+    TargetParts,
+    TargetShape,
+    weight_of,
+)
 from app.engine.drafters.registry import HEAD_FAMILIES
 from app.engine.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -145,12 +156,12 @@ class HeadSpec:
         return FAMILIES[self.config.family].drafter(self.name, self.module, TargetParts.of(models.target), self.config)
 
 
-def load_head(folder: Path, target: nn.Module, num_layers: int) -> HeadSpec:
+def load_head(folder: Path, target: PreTrainedModel, num_layers: int) -> HeadSpec:
     config = read_config(folder)
     check_fits(config, TargetShape.of(target, num_layers), folder)
     module = build_module(config)
     load_weights(module, folder, config.family)
-    reference = target.get_input_embeddings().weight
+    reference = weight_of(target.get_input_embeddings())
     module = module.to(device=reference.device, dtype=reference.dtype).eval().requires_grad_(False)
     return HeadSpec(config.family, config, module, Path(folder))
 

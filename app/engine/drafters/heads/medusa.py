@@ -35,8 +35,9 @@ def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
 class MedusaHeads(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int = 4) -> None:
         super().__init__()
-        self.heads = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
-        for head in self.heads:
+        heads = [nn.Linear(hidden_size, hidden_size) for _ in range(num_heads)]
+        self.heads = nn.ModuleList(heads)
+        for head in heads:
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
 

@@ -86,6 +86,7 @@ class MtpDrafter(HeadDrafter):
         extended = ids.to(self.parts.device)  # (N + drafts so far,)
         tokens, rows = [], []
         for d, depth in enumerate(self.module.depths[:steps]):
+            assert isinstance(depth, MtpDepth)  # for the type checker: nn.ModuleList yields plain modules
             positions = torch.arange(n_rows - hidden.shape[0], n_rows, device=final.device)  # (R,)
             ahead = extended[positions + d + 1]  # (R,) x_{i+d+1}
             hidden = depth(hidden, self.parts.embed(ahead), positions, window)  # (R, H)
