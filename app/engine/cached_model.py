@@ -10,7 +10,7 @@ now. A layer subset turns the target itself into a self-speculative drafter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -44,7 +44,9 @@ def only_layers(model, keep: Sequence[int] | None):
     if keep is None:
         yield
         return
-    owner, attribute, layers = find_layer_list(model)
+    found = find_layer_list(model)
+    assert found is not None, "layer subsets are offered only for models whose layer list is recognised"
+    owner, attribute, layers = found
     setattr(owner, attribute, nn.ModuleList([layers[i] for i in keep]))
     try:
         yield
@@ -73,7 +75,7 @@ class CachedModel:
         self.ids = torch.empty(0, dtype=torch.long)  # (L,) on CPU
         self.features: list[torch.Tensor] = []  # per feature layer: (L, H) hidden states aligned with the cache
 
-    def keep_features(self, layers: Sequence[int]) -> None:
+    def keep_features(self, layers: Iterable[int]) -> None:
         """Also keep these hidden states (indices into HF `hidden_states`, 0 = embeddings) for every cached token.
 
         Changing the set forgets the cache, so the next `advance_to` recomputes the prefix with them.

@@ -132,6 +132,7 @@ class _Lane:
 
     def result(self) -> LaneResult:
         end = self.end
+        assert end is not None, "a lane's result is read once its run has ended"
         return LaneResult(self.name, end.reason, end.token_ids, end.text, end.passes, self.clock_s, end.error)
 
 

@@ -66,7 +66,8 @@ class NgramCacheDrafter:
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft | None:
         context = ids.tolist()
         self._sync(context)
-        window, drafted = context[-self.max_n:], []
+        window = context[-self.max_n:]
+        drafted: list[int] = []
         for _ in range(k):
             token = self.tables.best_successor(window + drafted, self.min_count, self.min_share)
             if token is None:
