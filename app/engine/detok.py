@@ -11,6 +11,10 @@ texts of committed tokens always concatenate to the decoded text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 REPLACEMENT = "\ufffd"
 WINDOW = 6  # tokens of already-emitted context decoded with the new ones
@@ -19,7 +23,7 @@ WINDOW = 6  # tokens of already-emitted context decoded with the new ones
 class StreamDetokenizer:
     """Texts of the committed stream; `peek` answers for tokens that may still be rejected."""
 
-    def __init__(self, tokenizer, prompt_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int]) -> None:
         self.tokenizer = tokenizer
         self.ids = list(prompt_ids)
         self.emitted = len(self.ids)  # tokens before this index have had their text emitted

@@ -263,7 +263,8 @@ def _within(report, start: float, end: float):
     return lambda fraction, message: report(start + (end - start) * fraction, message)
 
 
-def check_same_vocabulary(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+def check_same_vocabulary(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase, target_name: str,
+                          draft_name: str) -> None:
     """Refuse a drafter whose tokens differ from the target's (padding is allowed elsewhere)."""
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if target_vocab == draft_vocab:

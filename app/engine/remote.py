@@ -31,10 +31,14 @@ import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from app.engine import errors
 from app.engine.engine import ModelsSummary
 from app.engine.settings import ControlRequests, DecodeSettings, GenerationControl, LiveSettings, SettingsError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
 DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
@@ -284,7 +288,7 @@ def serve(conn, request: dict, threads: int | None) -> None:
     _Host(conn, models, decoder).serve()
 
 
-def token_texts(tokenizer) -> tuple[str, ...]:
+def token_texts(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
     """Every token id's text, decoded on its own: how the window's process spells tokens without a tokenizer."""
     return tuple(tokenizer.batch_decode([[token_id] for token_id in range(len(tokenizer))]))
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.engine.settings import NO_DRAFTER, DrafterOptions, SettingsError
 
 if TYPE_CHECKING:
     from app.engine.drafters.base import Drafter
-
-Models = Any  # app.engine.loading.LoadedModels (not imported: it loads torch)
+    from app.engine.loading import LoadedModels as Models  # not imported at run time: it loads torch
 
 
 def _no_options(models: Models, options: DrafterOptions) -> tuple:
