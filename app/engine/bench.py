@@ -5,9 +5,12 @@ tokens under greedy decoding, in one process, interleaved (each prompt runs
 every method back to back, and repeat r ends before repeat r+1) so that
 machine drift cancels. Figures are medians over repeats after a warm-up.
 
-Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop;
-alpha, tokens per pass and c (draft cost per token relative to one target
-forward) from our pass events; predicted = E(alpha, K) / (K c + 1) over the
+Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop
+(measured: a real autoregressive run); from our runs, by app/engine/stats.py
+(docs/ALGORITHMS.md §7): alpha = accepted / (accepted + passes that ended in
+a rejection), rate = accepted / drafted, tokens per pass against E = E(alpha, K)
+over the passes' own K, and c = draft time per drafted token over one target
+forward of one token; predicted = E(alpha, K) / (K c + 1) over the
 passes' actual draft lengths;
 efficiency = speedup / predicted; overhead = share of pass time spent outside
 the draft and verify forwards; identical = the ids equal our autoregressive
@@ -30,7 +33,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.settings import DecodeSettings
-from app.engine.stats import predicted_speedup_of_passes
+from app.engine.stats import GenerationStats, predicted_speedup_of_passes
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
@@ -49,6 +52,7 @@ class Run:
     token_ids: list[int]
     seconds: float
     passes: list[PassEvent] = field(default_factory=list)
+    target_forward_ms: float | None = None  # t_T the decoder measured in this run
 
 
 @dataclass
@@ -57,7 +61,9 @@ class MethodResult:
     tokens_per_s: float
     speedup: float | None = None
     alpha: float | None = None
+    acceptance_rate: float | None = None
     tokens_per_pass: float | None = None
+    expected_tokens_per_pass: float | None = None
     c: float | None = None
     predicted: float | None = None
     efficiency: float | None = None
@@ -83,7 +89,8 @@ def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
         end = events[-1]
         if not isinstance(end, EndEvent) or end.reason == "error":
             raise RuntimeError(f"{drafters} failed: {getattr(end, 'error', end)}")
-        return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)])
+        return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)],
+                   end.stats.target_forward_ms)
     return generate
 
 
@@ -160,23 +167,28 @@ def summarise(name: str, repeats: list[list[Run]], baseline_ids: list[list[int]]
     rates = [sum(len(r.token_ids) for r in rep) / sum(r.seconds for r in rep) for rep in repeats]
     result = MethodResult(name, statistics.median(rates), repeats_tokens_per_s=rates)
     result.identical = all([r.token_ids for r in rep] == baseline_ids for rep in repeats)
-    passes = [p for rep in repeats for run in rep for p in run.passes]
-    if passes:
-        _add_pass_figures(result, passes, k)
+    runs = [run for rep in repeats for run in rep]
+    if any(run.passes for run in runs):
+        _add_pass_figures(result, runs)
     return result
 
 
-def _add_pass_figures(result: MethodResult, passes: list[PassEvent], k: int) -> None:
-    drafted = [p for p in passes if p.drafted]
-    n_drafted = sum(len(p.drafted) for p in drafted)
-    result.tokens_per_pass = sum(len(p.committed_ids) for p in passes) / len(passes)
+def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
+    """The figures of app/engine/stats.py over every pass of every run of one method."""
+    stats = GenerationStats()
+    for run in runs:
+        for event in run.passes:
+            stats.add(event)
+        if run.target_forward_ms is not None and all(p.drafted for p in run.passes):
+            stats.add_forward(run.target_forward_ms)  # t_T of its timed forwards (plain steps were added above)
+    passes = [p for run in runs for p in run.passes]
+    result.tokens_per_pass = stats.tokens_per_pass
     total = sum(p.timing.total_ms for p in passes)
     forwards = sum(p.timing.draft_ms + p.timing.verify_ms for p in passes)
     result.overhead = 1 - forwards / total if total else None
-    if n_drafted:
-        result.alpha = sum(p.n_accepted for p in drafted) / n_drafted
-        verify_per_pass = statistics.median(p.timing.verify_ms for p in drafted)
-        result.c = (sum(p.timing.draft_ms for p in drafted) / n_drafted) / verify_per_pass
+    result.alpha, result.acceptance_rate, result.c = stats.alpha, stats.acceptance_rate, stats.c
+    result.expected_tokens_per_pass = stats.expected_tokens_per_pass
+    if result.alpha is not None and result.c is not None:
         result.predicted = predicted_speedup_of_passes(result.alpha, result.c, [len(p.drafted) for p in passes])
 
 
@@ -200,7 +212,8 @@ def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repe
 # ---- reporting ----------------------------------------------------------------------------------
 
 COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
-           ("alpha", "alpha", "{:.2f}"), ("tok/pass", "tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
+           ("alpha", "alpha", "{:.2f}"), ("rate", "acceptance_rate", "{:.2f}"),
+           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
            ("predicted", "predicted", "{:.2f}x"), ("efficiency", "efficiency", "{:.2f}"),
            ("overhead", "overhead", "{:.1%}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
            ("identical", "identical", "{}")]

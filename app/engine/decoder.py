@@ -26,7 +26,7 @@ from app.engine.drafters.base import Draft, Drafter
 from app.engine.drafters.registry import build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
 from app.engine.events import EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
-from app.engine.loading import LoadedModels
+from app.engine.loading import LoadedModels, synchronize
 from app.engine.pass_events import (
     AsdBlockStart,
     Commit,
@@ -42,6 +42,7 @@ from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings,
 from app.engine.stats import GenerationStats
 from app.engine.verify import Verdict, asd_charge, verify_asd, verify_greedy, verify_sampling
 
+TIMED_FORWARDS = 3  # one-token target forwards timed before the first draft of a request (t_T, §7.5)
 NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is one plain decoding step
 
 
@@ -173,8 +174,10 @@ class SpeculativeDecoder:
         room = self._context_length - 1 - req.ids.numel()  # positions left for new tokens after this one
         if room < 0:
             return None, "context_full"
-        clock = PassClock(self.models.device)
         k = self._draft_length(req, settings, room)
+        if k and not req.stats.forward_ms:
+            self._time_one_token_forwards(req)
+        clock = PassClock(self.models.device)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
         clock.mark_drafted()
@@ -191,6 +194,23 @@ class SpeculativeDecoder:
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
         return event, reason
+
+    def _time_one_token_forwards(self, req: _Request) -> None:
+        """Time TIMED_FORWARDS one-token target forwards, t_T of c (docs/ALGORITHMS.md §7.5); the cache is kept.
+
+        A drafting run may never take a plain step, so before its first draft the decoder feeds the last
+        committed token alone, as a plain step would, and crops it off again.
+        """
+        n = req.ids.numel()
+        if self.target.length != n - 1:
+            self._prefill(req)
+        for _ in range(TIMED_FORWARDS):
+            synchronize(self.models.device)
+            started = time.perf_counter()
+            self.target.advance_to(req.ids)  # (1, V): one token fed
+            synchronize(self.models.device)
+            req.stats.add_forward(1e3 * (time.perf_counter() - started))
+            self.target.crop(n - 1)
 
     def _draft_length(self, req: _Request, settings: DecodeSettings, room: int) -> int:
         if settings.k != req.k_setting or not settings.adaptive_k:
@@ -314,7 +334,7 @@ class SpeculativeDecoder:
         ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)
         return PassEvent(index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
                          appended=appended, ledger=ledger, timing=timing, position=req.generated,
-                         stats=req.stats.snapshot(), detail=detail)
+                         stats=req.stats.snapshot(), detail=detail, k_setting=req.k_setting)
 
     def _start_event(self, prompt: str, req: _Request, settings: DecodeSettings) -> StartEvent:
         m = self.models

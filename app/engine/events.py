@@ -79,10 +79,17 @@ class Timing:
 
 @dataclass(frozen=True)
 class RunningStats:
-    alpha: float | None  # accepted drafts / drafted so far
+    """Cumulative figures of a request, computed by `app/engine/stats.py` (docs/ALGORITHMS.md §7)."""
+
+    alpha: float | None  # accepted / (accepted + passes that ended in a rejection): the α of E(α, K)
     tokens_per_pass: float
-    c: float | None  # draft cost per token relative to one target forward
+    c: float | None  # draft time per drafted token over the time of one target forward of one token
     tokens_per_s: float
+    acceptance_rate: float | None = None  # accepted / drafted, clipped drafts excluded
+    expected_tokens_per_pass: float | None = None  # E(alpha, K) averaged over the passes' own K
+    verify_cost: float | None = None  # mean verification forward over one target forward of one token
+    estimated_speedup: float | None = None  # tokens x (one target forward) / time: an estimate, not a race
+    target_forward_ms: float | None = None  # t_T: the median one-token target forward of the run
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,7 @@ class StartEvent:
 class PassEvent:
     index: int
     drafter: str | None  # name of the drafter that proposed, None if nothing was drafted
-    k: int  # K requested for this pass
+    k: int  # K' allowed for this pass: the K in force, clipped by the token limit and the context
     verify: VerifyRule
     drafted: tuple[DraftedToken, ...]
     appended: AppendedToken | None  # None when the pass ended the generation inside the block
@@ -138,6 +145,7 @@ class PassEvent:
     position: int  # generated tokens before this pass
     stats: RunningStats
     detail: PassDetail | None = None
+    k_setting: int | None = None  # the K the run is set to (the control's value; adaptive K moves from it)
     type: str = "pass"
 
     @property

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from app.engine.events import EndEvent, Event
+from app.engine.events import EndEvent, Event, RunningStats
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 
 PLAIN = "plain"
@@ -48,6 +48,7 @@ class LaneResult:
     passes: int
     wall_s: float  # the lane's own clock at its end
     error: str | None = None
+    stats: RunningStats | None = None  # the lane's end figures (app/engine/stats.py)
 
     @property
     def tokens_per_s(self) -> float:
@@ -69,7 +70,7 @@ class RaceResult:
 
     @property
     def speedup(self) -> float | None:
-        """Plain wall time over speculative wall time."""
+        """Measured speedup: plain wall time over speculative wall time, both really run."""
         return self.plain.wall_s / self.speculative.wall_s if self.speculative.wall_s > 0 else None
 
 
@@ -133,7 +134,8 @@ class _Lane:
     def result(self) -> LaneResult:
         end = self.end
         assert end is not None, "a lane's result is read once its run has ended"
-        return LaneResult(self.name, end.reason, end.token_ids, end.text, end.passes, self.clock_s, end.error)
+        return LaneResult(self.name, end.reason, end.token_ids, end.text, end.passes, self.clock_s, end.error,
+                          end.stats)
 
 
 class Race:

@@ -1,17 +1,30 @@
-"""Running statistics of a generation and the theory they are compared with.
+"""Running statistics of a generation and the theory they are compared with: the one place both are computed.
 
-Notation (docs/ALGORITHMS.md §6-§7): alpha is the probability that a drafted token is
-accepted, K the number of drafts per pass, c the cost of one draft step
-relative to one target forward.
+Notation (docs/ALGORITHMS.md §6-§7). A pass drafts K' tokens; per run
 
-    E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)      tokens per pass
-    speedup(alpha, K, c) = E(alpha, K) / (K c + 1)
+    A = accepted drafts, R = passes that ended in a rejection, D = judged drafts (clipped ones excluded, §7.3)
+
+    alpha             = A / (A + R)                 acceptance per tested position, the α of E and speedup (§7.1)
+    acceptance_rate   = A / D                       the draft acceptance rate of vLLM and Spec-Bench (§7.2)
+    alpha_i           = accepted at i / tested at i per draft position; the i.i.d. model says alpha_i = alpha (§7.4)
+    c                 = t_D / t_T                   draft time per drafted token over one target forward of one token
+    E(alpha, K)       = (1 - alpha^(K+1)) / (1 - alpha)          tokens per pass (§6.1)
+    speedup(alpha, K, c)    = E(alpha, K) / (K c + 1)            Leviathan et al. (§6.2)
+    speedup(alpha, K, c, v) = E(alpha, K) / (K c + v),  v = t_V(K+1) / t_T   with the measured verify cost (§6.2)
+
+How t_T is measured (§7.5): as the median of the run's one-token target forwards, which are the passes that
+drafted nothing (a plain step is exactly one such forward) and a few one-token forwards the decoder times
+before its first drafting pass (`SpeculativeDecoder._time_one_token_forwards`), so that a run whose every
+pass drafts still has one. The verification forward of K' + 1 tokens is never used as t_T: it is t_V, and
+on a CPU it costs more than one token's forward. The estimated speedup tokens · t_T / time is what a plain
+run of the same passes would have taken over what this run took; only the race measures a real plain run.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import statistics
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, DraftedToken, PassEvent, RunningStats, Timing
@@ -39,27 +52,118 @@ def optimal_k(alpha: float, c: float, k_max: int = 64) -> int:
     return max(range(1, k_max + 1), key=lambda k: (predicted_speedup(alpha, k, c), -k))
 
 
+def speedup_with_verify_cost(alpha: float, k: int, c: float, verify_cost: float) -> float:
+    """E(alpha, K) / (K c + v), v = t_V(K+1) / t_T: the paper's model with the measured verification forward."""
+    return expected_tokens_per_pass(alpha, k) / (k * c + verify_cost)
+
+
+def mean_expected_tokens(alpha: float, draft_lengths: Mapping[int, int]) -> float:
+    """E(alpha, K_j) averaged over passes, each with its own K_j (§6.1); `draft_lengths` maps K_j -> passes."""
+    passes = sum(draft_lengths.values())
+    return sum(n * expected_tokens_per_pass(alpha, k) for k, n in draft_lengths.items()) / passes
+
+
+# ---- acceptance ----------------------------------------------------------------------------------
+
+def tested_positions(drafted: Sequence[DraftedToken]) -> list[bool]:
+    """One Bernoulli trial per position the target tested in a pass: True accepted, False the rejection.
+
+    Drafts after the first rejection were never tested; a clipped draft ends the trials without a
+    rejection (the end of the generation, not the target, cut the block: §7.3).
+    """
+    trials: list[bool] = []
+    for token in drafted:
+        if token.outcome == CLIPPED:
+            break
+        trials.append(token.outcome in (ACCEPTED, ASD_EXCEPTION))
+        if not trials[-1]:
+            break
+    return trials
+
+
 @dataclass
-class _Counts:
-    drafted: int = 0
-    accepted: int = 0
+class Acceptance:
+    """A, R and D of some passes (§7.1-§7.2)."""
+
+    accepted: int = 0  # A
+    rejections: int = 0  # R: passes that ended in a rejection
+    judged: int = 0  # D: drafts neither clipped nor absent
+
+    def add(self, drafted: Sequence[DraftedToken]) -> None:
+        trials = tested_positions(drafted)
+        self.accepted += sum(trials)
+        self.rejections += trials.count(False)
+        self.judged += sum(token.outcome != CLIPPED for token in drafted)
+
+    def __add__(self, other: Acceptance) -> Acceptance:
+        return Acceptance(self.accepted + other.accepted, self.rejections + other.rejections,
+                          self.judged + other.judged)
 
     @property
-    def rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+    def alpha(self) -> float | None:
+        """α̂ = A / (A + R), the maximum-likelihood α of the i.i.d. model (§7.1)."""
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if tested else None
 
+    @property
+    def acceptance_rate(self) -> float | None:
+        """A / D (§7.2); below α for K > 1, never to be fed to E(α, K)."""
+        return self.accepted / self.judged if self.judged else None
+
+
+class RollingAcceptance:
+    """Acceptance of every pass so far and of the last `window` passes."""
+
+    def __init__(self, window: int = 16) -> None:
+        self.total = Acceptance()
+        self._recent: deque[Acceptance] = deque(maxlen=window)
+
+    def add(self, drafted: Sequence[DraftedToken]) -> None:
+        one = Acceptance()
+        one.add(drafted)
+        self.total = self.total + one
+        self._recent.append(one)
+
+    @property
+    def recent(self) -> Acceptance:
+        return sum(self._recent, Acceptance())
+
+
+@dataclass
+class PositionAcceptance:
+    """alpha_i = accepted at position i / tested at position i (§7.4)."""
+
+    tested: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def add(self, drafted: Sequence[DraftedToken]) -> None:
+        for i, accepted in enumerate(tested_positions(drafted)):
+            if i == len(self.tested):
+                self.tested.append(0)
+                self.accepted.append(0)
+            self.tested[i] += 1
+            self.accepted[i] += accepted
+
+    def rates(self) -> list[float | None]:
+        return [a / t if t else None for a, t in zip(self.accepted, self.tested, strict=True)]
+
+
+# ---- one generation ------------------------------------------------------------------------------
 
 @dataclass
 class GenerationStats:
-    """Accumulates pass events; every figure is cumulative over the request."""
+    """Accumulates the passes of one request; every figure is cumulative over the request."""
 
     passes: int = 0
     tokens: int = 0
     elapsed_ms: float = 0.0
-    draft_ms: float = 0.0
     verify_ms: float = 0.0
-    overall: _Counts = field(default_factory=_Counts)
-    per_position: dict[int, _Counts] = field(default_factory=lambda: defaultdict(_Counts))
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    positions: PositionAcceptance = field(default_factory=PositionAcceptance)
+    draft_lengths: Counter[int] = field(default_factory=Counter)  # K' -> passes
+    forward_ms: list[float] = field(default_factory=list)  # one-token target forwards: samples of t_T
+    _drafted: int = 0  # drafted tokens of the drafting passes, clipped ones included (they cost draft time)
+    _draft_ms: float = 0.0
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
 
@@ -72,41 +176,77 @@ class GenerationStats:
         self.tokens += committed
         self.elapsed_ms += timing.total_ms
         self.verify_ms += timing.verify_ms
-        judged = [t for t in drafted if t.outcome != CLIPPED]
-        if judged:
-            self.draft_ms += timing.draft_ms
+        self.draft_lengths[len(drafted)] += 1
+        self.acceptance.add(drafted)
+        self.positions.add(drafted)
+        if drafted:
+            self._drafted += len(drafted)
+            self._draft_ms += timing.draft_ms
             self._drafting_passes += 1
             self._drafting_verify_ms += timing.verify_ms
-        for position, token in enumerate(judged):
-            accepted = token.outcome in (ACCEPTED, ASD_EXCEPTION)
-            for counts in (self.overall, self.per_position[position]):
-                counts.drafted += 1
-                counts.accepted += accepted
+        else:
+            self.forward_ms.append(timing.verify_ms)  # a plain step: one target forward of one token
+
+    def add_forward(self, ms: float) -> None:
+        """A timed one-token target forward outside any pass (a sample of t_T)."""
+        self.forward_ms.append(ms)
 
     @property
     def alpha(self) -> float | None:
-        return self.overall.rate
+        return self.acceptance.alpha
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.acceptance.acceptance_rate
+
+    def alpha_by_position(self) -> list[float | None]:
+        return self.positions.rates()
 
     @property
     def tokens_per_pass(self) -> float:
         return self.tokens / self.passes if self.passes else 0.0
 
     @property
+    def expected_tokens_per_pass(self) -> float | None:
+        """E(alpha, K_j) averaged over this run's passes."""
+        alpha = self.alpha
+        return None if alpha is None else mean_expected_tokens(alpha, self.draft_lengths)
+
+    @property
+    def target_forward_ms(self) -> float | None:
+        """t_T: the median one-token target forward."""
+        return statistics.median(self.forward_ms) if self.forward_ms else None
+
+    @property
     def c(self) -> float | None:
-        """Mean draft time per drafted token over mean target verification time."""
-        if not self.overall.drafted or not self._drafting_verify_ms:
+        """t_D / t_T: draft time per drafted token over one target forward of one token (§6.2, §7.5)."""
+        t_t = self.target_forward_ms
+        if not self._drafted or not t_t:
             return None
-        draft_per_token = self.draft_ms / self.overall.drafted
-        verify_per_pass = self._drafting_verify_ms / self._drafting_passes
-        return draft_per_token / verify_per_pass
+        return (self._draft_ms / self._drafted) / t_t
+
+    @property
+    def verify_cost(self) -> float | None:
+        """v = t_V / t_T: the mean verification forward of a drafting pass in one-token forwards."""
+        t_t = self.target_forward_ms
+        if not self._drafting_passes or not t_t:
+            return None
+        return (self._drafting_verify_ms / self._drafting_passes) / t_t
+
+    @property
+    def estimated_speedup(self) -> float | None:
+        """tokens · t_T / time: a plain run's estimated time for these tokens over this run's time."""
+        t_t = self.target_forward_ms
+        if not t_t or not self.elapsed_ms:
+            return None
+        return self.tokens * t_t / self.elapsed_ms
 
     @property
     def tokens_per_s(self) -> float:
         return 1000.0 * self.tokens / self.elapsed_ms if self.elapsed_ms else 0.0
 
-    def alpha_by_position(self) -> list[float | None]:
-        return [self.per_position[i].rate for i in sorted(self.per_position)]
-
     def snapshot(self) -> RunningStats:
         return RunningStats(alpha=self.alpha, tokens_per_pass=self.tokens_per_pass, c=self.c,
-                            tokens_per_s=self.tokens_per_s)
+                            tokens_per_s=self.tokens_per_s, acceptance_rate=self.acceptance_rate,
+                            expected_tokens_per_pass=self.expected_tokens_per_pass, verify_cost=self.verify_cost,
+                            estimated_speedup=self.estimated_speedup, target_forward_ms=self.target_forward_ms)

@@ -114,4 +114,6 @@ def test_json_lines_stay_strict_json_when_a_model_produces_nan():
     end = EndEvent("error", (1, 2), "hi", 1, 0.0, RunningStats(math.nan, 1.0, math.inf, -math.inf), "boom", "X")
     line = to_json_line(end)
     data = json.loads(line, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
-    assert data["stats"] == {"alpha": None, "tokens_per_pass": 1.0, "c": None, "tokens_per_s": None}
+    assert data["stats"] == {"alpha": None, "tokens_per_pass": 1.0, "c": None, "tokens_per_s": None,
+                             "acceptance_rate": None, "expected_tokens_per_pass": None, "verify_cost": None,
+                             "estimated_speedup": None, "target_forward_ms": None}

@@ -31,9 +31,12 @@ def test_optimal_k_is_the_brute_force_best(alpha, c):
 def test_running_stats_match_the_pass_events(tiny_llama):
     decoder = SpeculativeDecoder(load_models(*map(str, tiny_llama)))
     passes, end = run(decoder, PROMPTS[0], drafters=("prompt-lookup",), k=3, max_new_tokens=40)
-    drafted = sum(len(p.drafted) for p in passes)
+    judged = sum(t.outcome != "clipped" for p in passes for t in p.drafted)
     accepted = sum(p.n_accepted for p in passes)
-    assert end.stats.alpha == pytest.approx(accepted / drafted)
+    ended_by_rejection = sum(any(t.outcome == "rejected" for t in p.drafted)
+                             and not any(t.outcome == "clipped" for t in p.drafted) for p in passes)
+    assert end.stats.alpha == pytest.approx(accepted / (accepted + ended_by_rejection))  # docs/ALGORITHMS.md §7.1
+    assert end.stats.acceptance_rate == pytest.approx(accepted / judged)  # §7.2
     assert end.stats.tokens_per_pass == pytest.approx(40 / len(passes))
     assert passes[-1].stats == end.stats
 
