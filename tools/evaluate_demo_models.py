@@ -36,11 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see train_demo_models.py
     import torch
-    from transformers.utils import logging as transformers_logging
-
     from demo_training.config import full_config
     from demo_training.corpus import split_documents
     from demo_training.evaluation import evaluate_folder
+    from transformers.utils import logging as transformers_logging
 
     torch.set_num_threads(args.threads)
     transformers_logging.disable_progress_bar()
