@@ -5,31 +5,49 @@ them, updates per-pass series in growing NumPy arrays and marks itself
 dirty. A ~30 Hz timer then emits `sig_refresh` once, and the widgets redraw
 from the session's state — never once per token.
 
-Notation as in the engine: alpha = accepted drafts / drafted, K = drafts per
-pass, c = cost of one draft step relative to one target forward.
+Every figure comes from `app/engine/stats.py` (docs/ALGORITHMS.md §7): the
+cumulative ones are the engine's own (`event.stats`), the per-drafter, rolling
+and per-position ones are computed here by the same classes. alpha = accepted /
+(accepted + passes that ended in a rejection), the α of E(α, K); the acceptance
+rate = accepted / drafted; c = draft time per drafted token over one target
+forward of one token; K = drafts per pass.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.engine.events import ACCEPTED, ASD_EXCEPTION, EndEvent, NoticeEvent, PassEvent, StartEvent, to_json_line
-from app.engine.stats import expected_tokens_per_pass, predicted_speedup
+from app.engine.events import (
+    ACCEPTED,
+    ASD_EXCEPTION,
+    EndEvent,
+    NoticeEvent,
+    PassEvent,
+    RunningStats,
+    StartEvent,
+    to_json_line,
+)
+from app.engine.stats import (
+    PositionAcceptance,
+    RollingAcceptance,
+    expected_tokens_per_pass,
+    predicted_speedup,
+    speedup_with_verify_cost,
+)
 
 REFRESH_MS = 33
 ROLLING_PASSES = 16
 NAN = math.nan
 
 PASS_COLUMNS = (
-    "pass", "k", "drafted", "accepted", "committed", "alpha_cum", "alpha_roll", "expected_tokens",
-    "ledger_spent", "budget", "exceptions", "draft_ms", "verify_ms", "total_ms", "tokens_per_s", "c",
-    "speedup_measured", "speedup_predicted",
+    "pass", "k", "drafted", "accepted", "committed", "alpha_cum", "alpha_roll", "acceptance_rate",
+    "expected_tokens", "ledger_spent", "budget", "exceptions", "draft_ms", "verify_ms", "total_ms",
+    "tokens_per_s", "c", "verify_cost", "speedup_estimated", "speedup_predicted", "speedup_predicted_verify",
 )
 
 
@@ -56,39 +74,17 @@ class GrowingColumns:
         return self._data[self._index[name], : self.size]
 
 
-class RollingRate:
-    """Cumulative and rolling (last N passes) acceptance rate."""
-
-    def __init__(self, window: int = ROLLING_PASSES) -> None:
-        self._recent: deque[tuple[int, int]] = deque(maxlen=window)
-        self.drafted = 0
-        self.accepted = 0
-
-    def add(self, accepted: int, drafted: int) -> None:
-        self._recent.append((accepted, drafted))
-        self.accepted += accepted
-        self.drafted += drafted
-
-    @property
-    def cumulative(self) -> float:
-        return self.accepted / self.drafted if self.drafted else NAN
-
-    @property
-    def rolling(self) -> float:
-        drafted = sum(d for _, d in self._recent)
-        return sum(a for a, _ in self._recent) / drafted if drafted else NAN
-
-
 class DrafterSeries:
     """alpha of one drafter over the passes in which it proposed."""
 
     def __init__(self) -> None:
         self.columns = GrowingColumns(("pass", "alpha_roll", "alpha_cum"), capacity=256)
-        self.rate = RollingRate()
+        self.acceptance = RollingAcceptance(ROLLING_PASSES)
 
     def add(self, event: PassEvent) -> None:
-        self.rate.add(event.n_accepted, len(event.drafted))
-        self.columns.append({"pass": event.index, "alpha_roll": self.rate.rolling, "alpha_cum": self.rate.cumulative})
+        self.acceptance.add(event.drafted)
+        self.columns.append({"pass": event.index, "alpha_roll": self.acceptance.recent.alpha,
+                             "alpha_cum": self.acceptance.total.alpha})
 
 
 class Session(QObject):
@@ -116,11 +112,10 @@ class Session(QObject):
         self.end: EndEvent | None = None
         self.series = GrowingColumns(PASS_COLUMNS)
         self.by_drafter: dict[str, DrafterSeries] = {}
-        self._overall = RollingRate()
+        self._overall = RollingAcceptance(ROLLING_PASSES)
+        self.positions = PositionAcceptance()
         self._text_parts: list[str] = []
         self._tokens = 0
-        self._elapsed_ms = 0.0
-        self._verify_ms = 0.0
         self._dirty = True
 
     def begin(self) -> None:
@@ -162,38 +157,32 @@ class Session(QObject):
             self._text_parts.append(event.appended.text)
         if event.drafter is not None and event.drafted:
             self.by_drafter.setdefault(event.drafter, DrafterSeries()).add(event)
-        self._overall.add(event.n_accepted, len(event.drafted))
+        self._overall.add(event.drafted)
+        self.positions.add(event.drafted)
         self.series.append(self._pass_row(event))
 
-    def _pass_row(self, event: PassEvent) -> dict[str, float]:
+    def _pass_row(self, event: PassEvent) -> dict[str, float | None]:
+        """One row of the charts: the engine's cumulative figures, and the theory at this pass's K."""
         committed = len(event.committed_ids)
         self._tokens += committed
-        self._elapsed_ms += event.timing.total_ms
-        self._verify_ms += event.timing.verify_ms
-        alpha = self._overall.cumulative
-        c = event.stats.c
+        stats = event.stats
+        alpha, c, v = stats.alpha, stats.c, stats.verify_cost
+        k = self.k_setting or event.k
         return {
             "pass": event.index, "k": event.k, "drafted": len(event.drafted), "accepted": event.n_accepted,
-            "committed": committed, "alpha_cum": alpha, "alpha_roll": self._overall.rolling,
-            "expected_tokens": NAN if math.isnan(alpha) else expected_tokens_per_pass(alpha, event.k),
+            "committed": committed, "alpha_cum": alpha, "alpha_roll": self._overall.recent.alpha,
+            "acceptance_rate": stats.acceptance_rate,
+            # the theory of this pass: its own K' (a plain step, K' = 0, commits exactly 1)
+            "expected_tokens": None if alpha is None else expected_tokens_per_pass(alpha, len(event.drafted)),
             "ledger_spent": event.ledger.spent, "budget": event.ledger.budget,
             "exceptions": event.ledger.exceptions, "draft_ms": event.timing.draft_ms,
             "verify_ms": event.timing.verify_ms, "total_ms": event.timing.total_ms,
-            "tokens_per_s": event.stats.tokens_per_s, "c": c,
-            "speedup_measured": self._measured_speedup(),
-            "speedup_predicted": NAN if (math.isnan(alpha) or c is None) else predicted_speedup(alpha, event.k, c),
+            "tokens_per_s": stats.tokens_per_s, "c": c, "verify_cost": v,
+            "speedup_estimated": stats.estimated_speedup,
+            "speedup_predicted": None if alpha is None or c is None else predicted_speedup(alpha, k, c),
+            "speedup_predicted_verify": None if alpha is None or c is None or v is None
+            else speedup_with_verify_cost(alpha, k, c, v),
         }
-
-    def _measured_speedup(self) -> float:
-        """Tokens so far x (one target forward, estimated by the mean verify time) / time spent.
-
-        A plain autoregressive run pays about one target forward per token, so
-        this is the speedup over it measured on this very run.
-        """
-        if self._elapsed_ms <= 0 or not self.passes:
-            return NAN
-        mean_forward_ms = self._verify_ms / len(self.passes)
-        return self._tokens * mean_forward_ms / self._elapsed_ms
 
     # --- summaries ---------------------------------------------------------
     @property
@@ -218,9 +207,33 @@ class Session(QObject):
         return self.passes[-1].stats.tokens_per_s if self.passes else None
 
     @property
+    def stats(self) -> RunningStats | None:
+        """The engine's cumulative figures: the end event's, or the latest pass's while the run streams."""
+        if self.end is not None and self.end.passes:
+            return self.end.stats
+        return self.passes[-1].stats if self.passes else None
+
+    @property
     def alpha(self) -> float | None:
-        alpha = self._overall.cumulative
-        return None if math.isnan(alpha) else alpha
+        """α̂ = accepted / (accepted + passes that ended in a rejection), as the engine computed it."""
+        return None if self.stats is None else self.stats.alpha
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return None if self.stats is None else self.stats.acceptance_rate
+
+    @property
+    def k_setting(self) -> int | None:
+        """The K the run is set to, not the last pass's K (which the token limit clips)."""
+        if self.passes and self.passes[-1].k_setting is not None:
+            return self.passes[-1].k_setting
+        if self.start is not None and "k" in self.start.settings:
+            return int(self.start.settings["k"])
+        return self.passes[-1].k if self.passes else None
+
+    def position_rates(self) -> list[float | None]:
+        """alpha_i over the positions the target tested (docs/ALGORITHMS.md §7.4)."""
+        return self.positions.rates()
 
     # --- exports -----------------------------------------------------------
     def export_jsonl(self, path: str | Path) -> None:

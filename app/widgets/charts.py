@@ -1,10 +1,13 @@
 """Live charts of a run (pyqtgraph): one `setData` per curve per refresh tick, from NumPy slices.
 
-Plots: acceptance alpha per pass (rolling and cumulative, one colour per
-drafter); tokens per pass as bars with the theory line
-E(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha); the ASD regret ledger (spent
-against B, exceptions marked); tokens/s; measured speedup against the
-predicted E / (K c + 1) with the measured c.
+Every figure is read from the session, which has it from app/engine/stats.py
+(docs/ALGORITHMS.md §6-§7). Plots: alpha = accepted / (accepted + passes that
+ended in a rejection) per pass (rolling and cumulative, one colour per
+drafter) with the acceptance rate accepted / drafted dotted beside it; tokens
+per pass as bars with the theory line E(alpha, K') = (1 - alpha^(K'+1)) / (1 - alpha)
+of each pass's K'; the ASD regret ledger (spent against B, exceptions marked);
+tokens/s; the estimated speedup tokens · t_T / time against the predicted
+E / (K c + 1) and E / (K c + v) with the measured c and verify cost v.
 
 Painting, not data, is what costs (a full repaint of five plots is ~80-120 ms
 of Python and QPainter work during which the window cannot react), so while a run
@@ -85,10 +88,13 @@ class RunCharts(QWidget):
         return curve
 
     def _build_plots(self) -> None:
-        self.alpha_plot = self._plot(0, 0, "Acceptance α per pass", "α")
+        self.alpha_plot = self._plot(0, 0, "α = accepted / tested, per pass", "α")
         self.alpha_plot.setYRange(0, 1)
         self.alpha_plot.addLegend(offset=(5, 5))
-        self.overall_alpha = self._line(self.alpha_plot, pen=pg.mkPen(OVERALL_COLOUR, width=2), name="all, cumulative")
+        self.overall_alpha = self._line(self.alpha_plot, pen=pg.mkPen(OVERALL_COLOUR, width=2), name="α, all")
+        self.acceptance_rate = self._line(self.alpha_plot, pen=pg.mkPen(OVERALL_COLOUR, width=1,
+                                                                       style=Qt.PenStyle.DotLine),
+                                          name="accepted / drafted")
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
         self.tokens_plot = self._plot(0, 1, "Tokens per pass vs E(α, K)", "tokens")
@@ -105,12 +111,15 @@ class RunCharts(QWidget):
         self.speed_plot = self._plot(1, 0, "Throughput", "tokens/s")
         self.tokens_per_s = self._line(self.speed_plot, pen=pg.mkPen("#009E73", width=2))
 
-        self.speedup_plot = self._plot(1, 1, "Speedup: measured vs predicted E/(Kc+1)", "×")
+        self.speedup_plot = self._plot(1, 1, "Speedup: estimated vs predicted", "×")
         self.speedup_plot.addLegend(offset=(5, 5))
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
-        self.speedup_measured = self._line(self.speedup_plot, pen=pg.mkPen("#0072B2", width=2), name="measured")
+        self.speedup_estimated = self._line(self.speedup_plot, pen=pg.mkPen("#0072B2", width=2),
+                                            name="estimated (tokens × t_T / time)")
         self.speedup_predicted = self._line(
-            self.speedup_plot, pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="predicted")
+            self.speedup_plot, pen=pg.mkPen("#E69F00", width=2, style=Qt.PenStyle.DashLine), name="E / (Kc + 1)")
+        self.speedup_predicted_verify = self._line(
+            self.speedup_plot, pen=pg.mkPen("#CC79A7", width=2, style=Qt.PenStyle.DotLine), name="E / (Kc + v)")
         self._plots = (self.alpha_plot, self.tokens_plot, self.ledger_plot, self.speed_plot, self.speedup_plot)
 
     # --- binding ------------------------------------------------------------------
@@ -183,6 +192,7 @@ class RunCharts(QWidget):
         self._fit_x(index, x)
         if index == 0:
             self.overall_alpha.setData(x, series["alpha_cum"][rows], connect="finite")
+            self.acceptance_rate.setData(x, series["acceptance_rate"][rows], connect="finite")
             self._draw_drafters(x[0] if len(x) else np.inf)
         elif index == 1:
             self._draw_tokens(x, series["committed"][rows], series["expected_tokens"][rows])
@@ -192,10 +202,12 @@ class RunCharts(QWidget):
             self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
             self._grow_y(self.speed_plot, series["tokens_per_s"][rows])
         else:
-            measured, predicted = series["speedup_measured"][rows], series["speedup_predicted"][rows]
-            self.speedup_measured.setData(x, measured, connect="finite")
+            estimated, predicted = series["speedup_estimated"][rows], series["speedup_predicted"][rows]
+            with_verify = series["speedup_predicted_verify"][rows]
+            self.speedup_estimated.setData(x, estimated, connect="finite")
             self.speedup_predicted.setData(x, predicted, connect="finite")
-            self._grow_y(self.speedup_plot, measured, predicted, floor=2.0)
+            self.speedup_predicted_verify.setData(x, with_verify, connect="finite")
+            self._grow_y(self.speedup_plot, estimated, predicted, with_verify, floor=2.0)
 
     def _grow_y(self, plot: pg.PlotItem, *values: np.ndarray, floor: float = 1.0) -> None:
         """Show 0 .. a round ceiling above the data; the range only steps up (within a run)."""
@@ -267,7 +279,7 @@ class RunCharts(QWidget):
     def point_counts(self) -> dict[str, int]:
         """Points drawn per curve (for tests and diagnostics); past MAX_BARS passes, bars count bins."""
         curves = {"alpha": self.overall_alpha, "tokens_theory": self.tokens_theory, "ledger": self.ledger_spent,
-                  "tokens_per_s": self.tokens_per_s, "speedup_measured": self.speedup_measured,
+                  "tokens_per_s": self.tokens_per_s, "speedup_estimated": self.speedup_estimated,
                   "speedup_predicted": self.speedup_predicted}
         counts = {name: len(curve.getData()[0] if curve.getData()[0] is not None else [])
                   for name, curve in curves.items()}

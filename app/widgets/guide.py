@@ -106,12 +106,17 @@ SECTIONS = (
      "its pass: the draft block, p (target) and q (drafter) per position, min(1, p/q) against the uniform draw "
      "u, the residual at a rejection, the ASD checks, and a paragraph in words.</p>"),
     ("The charts",
-     "<ul><li><b>Acceptance α per pass</b>: accepted drafts / drafted, rolling and cumulative, per drafter.</li>"
+     "<ul><li><b>Acceptance α per pass</b>: accepted / tested positions (accepted + passes that ended in a "
+     "rejection), the α of E(α, K), rolling and cumulative, per drafter; dotted, the acceptance rate accepted / "
+     "drafted, which counts the untested drafts after a rejection and is lower.</li>"
      "<li><b>Tokens per pass vs E(α, K)</b>: what each pass committed against the i.i.d. theory.</li>"
      "<li><b>ASD regret ledger</b>: regret spent against the budget B; crosses mark exceptions.</li>"
-     "<li><b>Throughput</b> in tokens/s, and <b>speedup</b> measured against the predicted E / (K c + 1).</li>"
+     "<li><b>Throughput</b> in tokens/s, and the <b>estimated speedup</b> (tokens × one target forward / time; "
+     "the race measures a real one) against the predicted E / (K c + 1) and E / (K c + v), v the measured "
+     "verify cost.</li>"
      "<li>The <b>theory explorer</b> plots the formulas against α with this run's measured point, the acceptance "
-     "rate at each draft position, and the best K for the measured α and c.</li></ul>"),
+     "at each draft position over the positions the target tested, beside the flat line the i.i.d. model "
+     "predicts (falling bars: acceptance is not i.i.d.), and the best K for the measured α and c.</li></ul>"),
     ("The knobs",
      "<ul><li><b>Drafters</b>: draft model (a small model), prompt lookup (copies from the context), n-gram cache "
      "(counts what followed each n-gram), layer skip (the target's first layers). Several checked drafters form a "
@@ -126,7 +131,8 @@ SECTIONS = (
      "<ul><li>Acceptance under sampling: keep x if u ≤ min(1, p(x) / q(x)); at the first rejection draw from "
      "norm(max(0, p − q)); if all K survive draw a bonus token from the next row of p.</li>"
      "<li>Expected tokens per pass: E(α, K) = (1 − α<sup>K+1</sup>) / (1 − α).</li>"
-     "<li>Speedup: E(α, K) / (K c + 1), with c the cost of one draft step relative to one target forward.</li>"
+     "<li>Speedup: E(α, K) / (K c + 1), with c the draft time per drafted token over the time of one target "
+     "forward of one token (timed as such, not the K + 1-token verification).</li>"
      "<li>ASD at position i of K: regret r<sub>i</sub> = z<sub>i</sub>[argmax] − z<sub>i</sub>[x<sub>i</sub>], "
      "suffix value q<sub>i</sub> = K − i; keep a mismatch if r<sub>i</sub>/q<sub>i</sub> ≤ g, mismatches so far "
      "≤ M and the block's regret fits in B − s.</li></ul>"),

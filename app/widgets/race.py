@@ -250,11 +250,24 @@ def result_text(result: RaceResult) -> str:
     if speedup is not None:
         faster = "faster" if speedup >= 1 else "slower"
         factor = speedup if speedup >= 1 else 1 / speedup
-        lines.append(f"Speculative decoding was {factor:.2f}× {faster} than plain decoding "
-                     f"({spec.wall_s:.2f} s vs {plain.wall_s:.2f} s; {spec.tokens_per_s:.1f} vs "
+        lines.append(f"Measured speedup {speedup:.2f}×: speculative decoding was {factor:.2f}× {faster} than "
+                     f"plain decoding ({spec.wall_s:.2f} s vs {plain.wall_s:.2f} s; {spec.tokens_per_s:.1f} vs "
                      f"{plain.tokens_per_s:.1f} tokens/s; {spec.passes} vs {plain.passes} target passes).")
+    lines.append(_acceptance_text(spec))
     lines.append(_agreement_text(result))
-    return " ".join(lines)
+    return " ".join(line for line in lines if line)
+
+
+def _acceptance_text(lane) -> str:
+    """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/stats.py)."""
+    stats = lane.stats
+    if stats is None or stats.alpha is None:
+        return ""
+    rate, expected = stats.acceptance_rate, stats.expected_tokens_per_pass
+    rate = "" if rate is None else f", acceptance rate (accepted / drafted) {rate:.2f}"
+    expected = "" if expected is None else f" against E(α, K) = {expected:.2f}"
+    return (f"α = {stats.alpha:.2f} (accepted / tested){rate}; {stats.tokens_per_pass:.2f} tokens per pass"
+            f"{expected}.")
 
 
 def _agreement_text(result: RaceResult) -> str:

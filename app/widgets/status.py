@@ -1,4 +1,8 @@
-"""Status bar: what is loaded (device, dtype, models) and how the run goes (tokens/s, alpha, passes)."""
+"""Status bar: what is loaded (device, dtype, models) and how the run goes (tokens/s, alpha, passes).
+
+alpha = accepted / (accepted + passes that ended in a rejection) and the acceptance rate = accepted /
+drafted are the engine's (app/engine/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
+"""
 
 from __future__ import annotations
 
@@ -32,9 +36,13 @@ class RunStatusBar(QStatusBar):
         self.models_label.setToolTip(f"target: {models.target_name}" + (f"\ndraft: {draft_name}" if draft_name else ""))
         self.device_label.setText(f"{_short(models.device)} · {_short(models.dtype)}")
 
-    def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int) -> None:
+    def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int,
+                 acceptance_rate: float | None = None) -> None:
         self.speed_label.setText("" if tokens_per_s is None else f"{tokens_per_s:.1f} tokens/s")
-        self.alpha_label.setText("α —" if alpha is None else f"α {alpha:.2f}")
+        rate = "" if acceptance_rate is None else f" · accepted/drafted {acceptance_rate:.2f}"
+        self.alpha_label.setText(("α —" if alpha is None else f"α {alpha:.2f}") + rate)
+        self.alpha_label.setToolTip("α = accepted / tested positions (accepted + passes that ended in a rejection): "
+                                    "the α of E(α, K).\naccepted/drafted: the draft acceptance rate, lower for K > 1.")
         self.passes_label.setText(f"{passes} passes · {tokens} tokens")
 
 

@@ -1,21 +1,24 @@
 """Theory explorer: the formulas of speculative decoding against what this run measured.
 
-With i.i.d. acceptance alpha, K drafts per pass and c = cost of one draft
-step relative to one target forward (docs/ALGORITHMS.md §6):
+With i.i.d. acceptance alpha, K drafts per pass, c = draft time per drafted
+token over one target forward of one token and v = verify forward over one
+target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/stats.py):
 
     E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)     tokens per pass
-    speedup(alpha, K, c) = E(alpha, K) / (K c + 1)
+    speedup(alpha, K, c) = E(alpha, K) / (K c + 1)              (and E / (K c + v))
 
-Three plots: E against alpha for the chosen K, speedup against alpha for
-the chosen K and c (plus the curve of the best K), each with the run's
-measured point; and the acceptance rate at each draft position 1..K (the
-i.i.d. model predicts a flat line). The optimal K is the K in 1..MAX_K with
+alpha is the run's α̂ = accepted / (accepted + passes that ended in a
+rejection), never the acceptance rate accepted / drafted (§7.2). Three plots:
+E against alpha for the K the run is set to, speedup against alpha for that K
+and c (plus the curve of the best K), each with the run's point (its tokens
+per pass, and its estimated speedup tokens · t_T / time); and alpha_i at each
+draft position over the positions the target tested, beside the flat line
+alpha that the i.i.d. model predicts. The optimal K is the K in 1..MAX_K with
 the highest predicted speedup for the measured alpha and c.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.settings import MAX_K
-from app.engine.stats import GenerationStats, expected_tokens_per_pass, optimal_k, predicted_speedup
+from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.widgets import on_screen
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
@@ -47,11 +50,13 @@ MEASURED_COLOUR = "#D55E00"
 class MeasuredPoint:
     """What a run measured; None where it has no value yet."""
 
-    alpha: float | None = None
+    alpha: float | None = None  # α̂ (§7.1)
     c: float | None = None
     tokens_per_pass: float | None = None
-    speedup: float | None = None
-    k: int | None = None
+    speedup: float | None = None  # estimated: tokens · t_T / time (the race measures a real plain run)
+    k: int | None = None  # the K the run is set to
+    acceptance_rate: float | None = None  # accepted / drafted (§7.2)
+    verify_cost: float | None = None  # v = t_V / t_T
 
 
 def best_k(alpha: float, c: float) -> int:
@@ -71,18 +76,16 @@ def measured_from(session) -> MeasuredPoint:
     """The run's latest cumulative figures, read from the session view-model."""
     if session is None or not session.passes:
         return MeasuredPoint()
-    last = session.passes[-1]
-    speedup = float(session.series["speedup_measured"][-1]) if session.series.size else math.nan
-    return MeasuredPoint(alpha=session.alpha, c=last.stats.c, tokens_per_pass=last.stats.tokens_per_pass,
-                         speedup=None if math.isnan(speedup) else speedup, k=last.k)
+    stats = session.stats
+    return MeasuredPoint(alpha=stats.alpha, c=stats.c, tokens_per_pass=stats.tokens_per_pass,
+                         speedup=stats.estimated_speedup, k=session.k_setting,
+                         acceptance_rate=stats.acceptance_rate, verify_cost=stats.verify_cost)
 
 
 class TheoryExplorer(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._session = None
-        self._stats = GenerationStats()  # fed with the session's passes, for the per-position rates
-        self._fed = 0
         self.measured = MeasuredPoint()
         self._throttle = RedrawThrottle(MIN_REDRAW_MS, self.refresh, self)
         self._build_controls()
@@ -109,7 +112,7 @@ class TheoryExplorer(QWidget):
         self.c_spin.setSingleStep(0.01)
         self.c_spin.setValue(0.1)
         self.c_spin.setToolTip("c: cost of one draft step relative to one target forward")
-        self.follow_run = QCheckBox("Follow the run's K and measured c")
+        self.follow_run = QCheckBox("Follow the K the run is set to and its measured c")
         self.follow_run.setChecked(True)
         for widget in (self.k_spin, self.c_spin):
             widget.valueChanged.connect(self._edited_by_hand)
@@ -125,15 +128,16 @@ class TheoryExplorer(QWidget):
     def _build_plots(self) -> None:
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(None)
-        self.e_plot = self._plot(0, "Tokens per pass E(α, K)", "α", "tokens")
+        self.e_plot = self._plot(0, "Tokens per pass E(α, K)", "α = accepted / tested", "tokens")
         self.e_line = self.e_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
         self.e_point = self._measured_marker(self.e_plot)
-        self.speedup_plot = self._plot(1, "Speedup E / (K c + 1)", "α", "×")
+        self.speedup_plot = self._plot(1, "Speedup E / (K c + 1); ● estimated", "α", "×")
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
         self.speedup_line = self.speedup_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
         self.best_line = self.speedup_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
         self.speedup_point = self._measured_marker(self.speedup_plot)
-        self.position_plot = self._plot(2, "Acceptance by draft position", "position", "rate")
+        self.position_plot = self._plot(2, "α by draft position (tested); - - i.i.d. α", "position",
+                                        "accepted / tested")
         self.position_plot.setYRange(0, 1)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=CURVE_COLOUR)
         self.position_plot.addItem(self.position_bars)
@@ -162,8 +166,6 @@ class TheoryExplorer(QWidget):
         session.sig_ended.connect(lambda _event: self.refresh())
 
     def reset(self) -> None:
-        self._stats = GenerationStats()
-        self._fed = 0
         self.refresh()
 
     def request_refresh(self) -> None:
@@ -178,14 +180,7 @@ class TheoryExplorer(QWidget):
     def refresh(self) -> None:
         """Read the session's latest figures and redraw."""
         self._throttle.drawn()
-        self._feed_passes()
         self.set_measured(measured_from(self._session))
-
-    def _feed_passes(self) -> None:
-        passes = self._session.passes if self._session is not None else []
-        for event in passes[self._fed:]:
-            self._stats.add(event)
-        self._fed = len(passes)
 
     def set_measured(self, point: MeasuredPoint) -> None:
         """Show this measured point; with "follow" on, K and c follow the run."""
@@ -225,7 +220,7 @@ class TheoryExplorer(QWidget):
         return best_k(alpha, self.measured.c if self.measured.c is not None else self.c)
 
     def position_rates(self) -> list[float | None]:
-        return self._stats.alpha_by_position()
+        return self._session.position_rates() if self._session is not None else []
 
     # --- drawing --------------------------------------------------------------------------
     def redraw(self) -> None:
@@ -267,17 +262,29 @@ class TheoryExplorer(QWidget):
         if point.alpha is None:
             return (f"No run measured yet. At K = {k} and c = {c:.3g} the best α = 1 gives E = {k + 1} and speedup "
                     f"{predicted_speedup(1.0, k, c):.2f}×. Generate to place the run on these curves.")
-        measured = (f"Measured: α = {point.alpha:.3f}, c = {_fmt(point.c)}, {_fmt(point.tokens_per_pass)} tokens per "
-                    f"pass, speedup {_fmt(point.speedup)}×.")
+        measured = (f"Measured: α = {point.alpha:.3f} (accepted / tested positions; acceptance rate accepted / "
+                    f"drafted = {_fmt(point.acceptance_rate)}), c = {_fmt(point.c)}, "
+                    f"{_fmt(point.tokens_per_pass)} tokens per pass, estimated speedup {_fmt(point.speedup)}× "
+                    "(tokens × one target forward / time; the race measures a real plain run).")
         best = self.optimal_k
         best_c = self._c_for_best()
-        return " ".join([
+        return " ".join(part for part in [
             measured,
             theory.format(a=point.alpha, k=k, c=c, e=expected_tokens_per_pass(point.alpha, k),
                           s=predicted_speedup(point.alpha, k, c)),
+            self._verify_cost_text(point.alpha, k, c),
             f"Optimal K for the measured α and c = {best_c:.3g}: {best} "
             f"(predicted {predicted_speedup(point.alpha, best, best_c):.2f}×).",
-        ])
+            "Bars that fall with the position mean acceptance is not i.i.d.: later drafts build on the "
+            "drafter's own guesses.",
+        ] if part)
+
+    def _verify_cost_text(self, alpha: float, k: int, c: float) -> str:
+        v = self.measured.verify_cost
+        if v is None:
+            return ""
+        return (f"With the measured verify cost v = {v:.2f} one-token forwards: speedup E / (K c + v) = "
+                f"{speedup_with_verify_cost(alpha, k, c, v):.2f}×.")
 
 
 def _fmt(value: float | None) -> str:
