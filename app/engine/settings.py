@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
@@ -199,10 +200,11 @@ class ControlRequests:
     stopped: bool = False
     paused: bool = False
     steps_granted: int = 0
+    min_pass_interval_s: float = 0.0  # slow motion: at least this long between the starts of two passes
 
 
 class GenerationControl:
-    """Stop / pause / single-step requests, checked by the decoder between passes."""
+    """Stop / pause / single-step / slow-motion requests, checked by the decoder between passes."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -210,6 +212,21 @@ class GenerationControl:
         self._paused = False
         self._steps = 0  # steps granted and not yet taken
         self._granted = 0  # steps ever granted: lets another control follow this one
+        self._min_interval = 0.0  # seconds between the starts of two passes (0 = full speed)
+        self._last_turn: float | None = None  # time.monotonic() of the last turn given
+
+    def set_min_pass_interval(self, seconds: float) -> None:
+        """Slow motion: let at most one pass start per `seconds` (0 = full speed); read at the next turn."""
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise SettingsError(f"The pass interval must be a finite number of seconds >= 0, not {seconds!r}.")
+        with self._cond:
+            self._min_interval = float(seconds)
+            self._cond.notify_all()
+
+    @property
+    def min_pass_interval(self) -> float:
+        with self._cond:
+            return self._min_interval
 
     def stop(self) -> None:
         with self._cond:
@@ -236,7 +253,8 @@ class GenerationControl:
     def requests(self) -> ControlRequests:
         """What has been asked of this control so far, as plain data."""
         with self._cond:
-            return ControlRequests(stopped=self._stop, paused=self._paused, steps_granted=self._granted)
+            return ControlRequests(stopped=self._stop, paused=self._paused, steps_granted=self._granted,
+                                   min_pass_interval_s=self._min_interval)
 
     def follow(self, wanted: ControlRequests) -> None:
         """Catch up with another control's requests (a control in another process mirrors the window's)."""
@@ -245,6 +263,7 @@ class GenerationControl:
             self._granted = max(self._granted, wanted.steps_granted)
             self._paused = wanted.paused
             self._stop = self._stop or wanted.stopped
+            self._min_interval = wanted.min_pass_interval_s
             self._cond.notify_all()
 
     @property
@@ -258,12 +277,23 @@ class GenerationControl:
             return self._paused
 
     def wait_for_turn(self) -> bool:
-        """Block while paused with no step granted; False once a stop was requested."""
+        """Block while paused with no step granted, then until the pass interval has passed since the last
+        turn; False once a stop was requested."""
         with self._cond:
             while self._paused and self._steps == 0 and not self._stop:
                 self._cond.wait()
+            self._wait_interval()
             if self._stop:
                 return False
             if self._paused:
                 self._steps -= 1
+            self._last_turn = time.monotonic()
             return True
+
+    def _wait_interval(self) -> None:
+        """Wait (holding the condition) until min_pass_interval has passed since the last turn, or a stop."""
+        while not self._stop and self._last_turn is not None:
+            left = self._last_turn + self._min_interval - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)  # a changed interval or a stop wakes it early

@@ -108,6 +108,21 @@ def test_a_paused_run_waits_for_its_step(engine):
     assert isinstance(events[-1], EndEvent) and events[-1].reason in ("max_tokens", "eos")
 
 
+def test_slow_motion_reaches_the_child(engine):
+    control = GenerationControl()
+    control.set_min_pass_interval(0.2)
+    stream = engine.generate(PROMPTS[2], DecodeSettings(max_new_tokens=200), control)
+    assert isinstance(next(stream), StartEvent)
+    arrived = []
+    for event in stream:
+        if isinstance(event, PassEvent):
+            arrived.append(time.monotonic())
+        if len(arrived) == 4:
+            control.stop()
+    assert len(arrived) >= 4
+    assert arrived[3] - arrived[0] >= 3 * 0.2 * 0.9  # three intervals between four passes
+
+
 def test_typed_errors_arrive_before_the_run(engine, local):
     models, _ = local
     with pytest.raises(SettingsError, match="prompt is empty"):
