@@ -38,6 +38,9 @@ def tiny_gpt2(tmp_path_factory):
     return tiny_pair(tmp_path_factory.mktemp("gpt2"), "gpt2")
 
 
+THREAD_EXIT_S = 5.0
+
+
 @pytest.fixture(autouse=True)
 def no_thread_left_behind():
     """Fail any test that leaves a Python thread (QThread workers included) or an engine process running."""
@@ -45,6 +48,9 @@ def no_thread_left_behind():
     children_before = set(multiprocessing.active_children())
     yield
     leftover = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+    for thread in leftover:  # a worker told to stop may still be on its way out (transformers' weight loader
+        thread.join(timeout=THREAD_EXIT_S)  # shuts its pool down without waiting): give it a moment, not forever
+    leftover = [t for t in leftover if t.is_alive()]
     assert not leftover, f"threads left running: {leftover}"
     processes = [p for p in multiprocessing.active_children() if p not in children_before]
     assert not processes, f"processes left running: {processes}"
