@@ -1,12 +1,17 @@
 """Pass inspector: everything one verification pass decided, and why, from its PassEvent.
 
-Top to bottom: the draft block as a row of coloured tokens; a table with one
-row per drafted position (p(x), q(x), p/q, min(1, p/q), u, the target's
-argmax, the ASD checks, the verdict) and a last row for the token the target
-appended; bars of the top of p (target) and q (drafter) at the selected row
-with the drafted token outlined; at the first rejection under sampling the
-residual norm(max(0, p - q)) with the token sampled from it; the ASD ledger;
-and a plain-language paragraph (`app.engine.explain`).
+At the top: previous / next pass buttons, the pass header and the draft
+block as a row of coloured tokens. On the left a table with one row per
+drafted position (p(x), q(x), the target's argmax, the verdict; under
+sampling also p/q, min(1, p/q) and u, under ASD the checks with the suffix
+value v_i = K − i) and a last row for the token the target appended; under
+it, for the selected row under sampling, a 0–1 strip with min(1, p/q)
+marked and u as a dot (kept iff the dot lies left of the mark), the ASD
+ledger and a plain-language paragraph (`app.engine.explain`). On the right
+bars of the top of p (target) and q (drafter) at the selected row with the
+drafted token outlined, and at the first rejection under sampling the
+residual norm(max(0, p - q)) in which the sampled replacement always has a
+bar of its own (outlined).
 
 Every number comes from the event (see `app.engine.explain.inspect_pass`);
 cells keep the exact float in `VALUE_ROLE` so tests can compare them.
@@ -20,14 +25,17 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QTextCharFormat
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QTextCharFormat
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPushButton,
     QScrollArea,
+    QSizePolicy,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -35,7 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.events import PassEvent, TokenProb
-from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass
+from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
 from app.widgets import token_style as ts
 
 VALUE_ROLE = Qt.ItemDataRole.UserRole
@@ -47,7 +55,7 @@ COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argm
            "v_i = K−i", "r / v_i  vs g", "mismatches vs M", "C_i vs rem", "verdict")
 (COL_POS, COL_TOKEN, COL_P, COL_Q, COL_RATIO, COL_ACCEPT, COL_U, COL_TARGET, COL_REGRET, COL_SUFFIX, COL_GATE,
  COL_CAP, COL_COST, COL_VERDICT) = range(len(COLUMNS))
-SAMPLING_ONLY = (COL_ACCEPT, COL_U)
+SAMPLING_ONLY = (COL_RATIO, COL_ACCEPT, COL_U)  # under greedy / ASD, p/q decides nothing
 ASD_ONLY = (COL_REGRET, COL_SUFFIX, COL_GATE, COL_CAP, COL_COST)
 TOKEN_LABEL_CHARS = 10
 
@@ -74,8 +82,7 @@ class BarChart(pg.PlotWidget):
     def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
         super().__init__(parent=parent, title=title)
         self.setBackground(None)
-        self.setMinimumHeight(200)
-        self.setMaximumHeight(280)
+        self.setMinimumHeight(170)
         self.getPlotItem().showGrid(y=True, alpha=0.2)
         self.getPlotItem().setMouseEnabled(x=False, y=False)
         self.addLegend(offset=(5, 5))
@@ -106,6 +113,75 @@ class BarChart(pg.PlotWidget):
         height = self.series[name].opts.get("height")
         return [] if height is None else [float(h) for h in height]
 
+    def labels(self) -> list[str]:
+        """The tick labels under the bars, left to right (for tests)."""
+        ticks = self.getAxis("bottom")._tickLevels  # noqa: SLF001 - pyqtgraph keeps set ticks only here
+        return [label for _x, label in ticks[0]] if ticks else []
+
+
+class AcceptStrip(QWidget):
+    """The sampling test of one draft on [0, 1]: kept iff u <= min(1, p/q).
+
+    The interval left of the mark min(1, p/q) is the "keep" region; u is drawn as a dot.
+    """
+
+    MARGIN = 14
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.accept: float | None = None
+        self.u: float | None = None
+        self.setMinimumHeight(46)
+        self.setMaximumHeight(46)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def set_values(self, accept: float | None, u: float | None) -> None:
+        self.accept, self.u = accept, u
+        self.setVisible(accept is not None)
+        self.update()
+
+    def _x(self, value: float) -> float:
+        return self.MARGIN + value * (self.width() - 2 * self.MARGIN)
+
+    def paintEvent(self, event) -> None:
+        if self.accept is None:
+            return
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        top, height = 16.0, 10.0
+        keep = QRectF(self._x(0), top, self._x(self.accept) - self._x(0), height)
+        reject = QRectF(self._x(self.accept), top, self._x(1) - self._x(self.accept), height)
+        painter.fillRect(keep, QColor(R_COLOUR).lighter(150))
+        painter.fillRect(reject, QColor("#D55E00").lighter(160))
+        painter.setPen(QPen(self.palette().text().color(), 1))
+        painter.drawRect(QRectF(self._x(0), top, self._x(1) - self._x(0), height))
+        self._draw_mark(painter, top, height)
+        self._draw_u(painter, top, height)
+        painter.end()
+
+    def _draw_mark(self, painter: QPainter, top: float, height: float) -> None:
+        x = self._x(self.accept)
+        painter.setPen(QPen(QColor(P_COLOUR), 2.5))
+        painter.drawLine(QPointF(x, top - 4), QPointF(x, top + height + 4))
+        painter.drawText(QRectF(x - 120, 0, 240, top - 3), Qt.AlignmentFlag.AlignCenter,
+                         f"min(1, p/q) = {self.accept:.3g}")
+        painter.setPen(QPen(self.palette().text().color(), 1))
+        for value, align in ((0.0, Qt.AlignmentFlag.AlignLeft), (1.0, Qt.AlignmentFlag.AlignRight)):
+            painter.drawText(QRectF(self._x(value) - (0 if value == 0 else 30), top + height + 2, 30, 14),
+                             align, f"{value:g}")
+
+    def _draw_u(self, painter: QPainter, top: float, height: float) -> None:
+        if self.u is None:
+            return
+        x = self._x(self.u)
+        painter.setPen(QPen(QColor("#000000"), 1))
+        painter.setBrush(QBrush(QColor("#CC79A7")))
+        painter.drawEllipse(QPointF(x, top + height / 2), 5.5, 5.5)
+        kept = "kept" if self.u <= self.accept else "rejected"
+        painter.setPen(QPen(self.palette().text().color(), 1))
+        painter.drawText(QRectF(x - 90, top + height + 2, 180, 14), Qt.AlignmentFlag.AlignCenter,
+                         f"u = {self.u:.3g} → {kept}")
+
 
 class PassInspector(QWidget):
     def __init__(self, parent=None) -> None:
@@ -113,10 +189,17 @@ class PassInspector(QWidget):
         self._session = None
         self._token_text: Callable[[int], str] = lambda token_id: f"#{token_id}"
         self.inspection: PassInspection | None = None
+        self.previous_button = QPushButton("◀ Previous pass")
+        self.next_button = QPushButton("Next pass ▶")
+        self.previous_button.clicked.connect(self.show_previous)
+        self.next_button.clicked.connect(self.show_next)
         self.header = _wrapping_label("Click a token in the text (or Step a paused run) to inspect its pass.")
         self.block = _wrapping_label("")
         self.block.setTextFormat(Qt.TextFormat.RichText)
         self.table = self._build_table()
+        self.strip = AcceptStrip()
+        self.strip.setToolTip("Under sampling a draft is kept iff the uniform draw u (dot) is at most "
+                              "min(1, p/q) (mark): the green part of [0, 1]")
         self.bars = BarChart("Top of p (target) and q (drafter) at the selected row", ("p", "q"),
                              (P_COLOUR, Q_COLOUR))
         self.residual_title = _wrapping_label("")
@@ -137,31 +220,36 @@ class PassInspector(QWidget):
         table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         table.verticalHeader().hide()
         table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        table.setMinimumHeight(150)
+        table.setMinimumHeight(120)
         table.currentCellChanged.connect(lambda row, *_: self.select_row(row))
         return table
 
     def _layout(self) -> None:
+        """Navigation and header on top; the table and the words left of the charts, so one pass fits at once."""
+        top = QHBoxLayout()
+        top.addWidget(self.previous_button)
+        top.addWidget(self.next_button)
+        top.addWidget(self.header, 1)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(_scrolled(self._column(self.block, self.table, self.strip, self.ledger, self.paragraph)))
+        splitter.addWidget(_scrolled(self._column(self.bars, self.residual_title, self.residual)))
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        splitter.setChildrenCollapsible(False)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(4, 4, 4, 4)
+        outer.addLayout(top)
+        outer.addWidget(splitter, 1)
+
+    @staticmethod
+    def _column(*parts: QWidget) -> QWidget:
         content = QWidget()
         column = QVBoxLayout(content)
-        for part in (self.header, self.block, self.table):
-            column.addWidget(part)
-        charts = QHBoxLayout()
-        charts.addWidget(self.bars, 1)
-        residual = QVBoxLayout()
-        residual.addWidget(self.residual_title)
-        residual.addWidget(self.residual)
-        charts.addLayout(residual, 1)
-        column.addLayout(charts)
-        for part in (self.ledger, self.paragraph):
+        column.setContentsMargins(0, 0, 0, 0)
+        for part in parts:
             column.addWidget(part)
         column.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(content)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll)
+        return content
 
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
@@ -177,7 +265,9 @@ class PassInspector(QWidget):
         self.table.setRowCount(0)
         self.block.setText("")
         self.bars.show_bars([], {}, None)
+        self.strip.set_values(None, None)
         self._show_residual(None)
+        self._update_navigation()
         self.ledger.hide()
         self.paragraph.setText("")
 
@@ -192,6 +282,21 @@ class PassInspector(QWidget):
         if event is not None:
             self.show_event(event)
 
+    def show_previous(self) -> None:
+        if self.inspection is not None:
+            self.show_pass(self.inspection.event.index - 1)
+
+    def show_next(self) -> None:
+        if self.inspection is not None:
+            self.show_pass(self.inspection.event.index + 1)
+
+    def _update_navigation(self) -> None:
+        index = self.inspection.event.index if self.inspection is not None else None
+        passes = self._session.passes if self._session is not None else []
+        last = passes[-1].index if passes else -1
+        self.previous_button.setEnabled(index is not None and index > 0)
+        self.next_button.setEnabled(index is not None and index < last)
+
     def show_event(self, event: PassEvent) -> None:
         self.inspection = inspection = inspect_pass(event)
         self.header.setText(_header_text(event))
@@ -201,6 +306,7 @@ class PassInspector(QWidget):
         self._show_ledger(inspection)
         self.paragraph.setText(explain_pass(event, self._text_of))
         self.table.selectRow(self._default_row(inspection))
+        self._update_navigation()
 
     def _text_of(self, token_id: int) -> str:
         try:
@@ -311,6 +417,17 @@ class PassInspector(QWidget):
             q_top = (TokenProb(inspection.positions[row].token.id, 1.0),)  # one-hot drafter
         labels, values, highlight = self._union_bars(p_top, q_top, chosen)
         self.bars.show_bars(labels, values, highlight)
+        self._show_strip(row)
+
+    def _show_strip(self, row: int) -> None:
+        """The 0–1 strip of a drafted row under sampling; hidden for the appended token and other rules."""
+        inspection = self.inspection
+        sampling = inspection is not None and inspection.event.verify == "sample"
+        if not sampling or row >= len(inspection.positions):
+            self.strip.set_values(None, None)
+            return
+        position = inspection.positions[row]
+        self.strip.set_values(position.accept_prob, position.u)
 
     def _union_bars(self, p_top, q_top, chosen: dict[int, tuple[float, float]]):
         # Zeros in a top-8 (top-k / top-p warping left fewer tokens) carry nothing worth a bar.
@@ -327,21 +444,20 @@ class PassInspector(QWidget):
 
     # --- the residual --------------------------------------------------------------------------
     def _show_residual(self, inspection: PassInspection | None) -> None:
-        detail = inspection.event.detail if inspection is not None else None
-        visible = detail is not None and bool(detail.residual)
+        bars = residual_bars(inspection.event) if inspection is not None else None
+        visible = bars is not None
         self.residual.setVisible(visible)
         self.residual_title.setVisible(visible)
-        if not visible:
+        if bars is None:
             self.residual.show_bars([], {}, None)
             return
-        entries = list(detail.residual)
-        sampled = inspection.event.appended.id if inspection.event.appended is not None else None
+        entries = bars.entries
         labels = [token_label(self._text_of(e.id), e.id) for e in entries] + ["other tokens"]
         values = {"p": [e.p for e in entries] + [math.nan], "q": [e.q for e in entries] + [math.nan],
-                  "residual": [e.r for e in entries] + [detail.residual_other]}
-        highlight = next((i for i, e in enumerate(entries) if e.id == sampled), None)
+                  "residual": [e.r for e in entries] + [bars.other]}
+        highlight = next((i for i, e in enumerate(entries) if e.id == bars.sampled), None)
         self.residual.show_bars(labels, values, highlight)
-        self.residual_title.setText(_residual_text(inspection, sampled, self._text_of))
+        self.residual_title.setText(_residual_text(inspection, bars, self._text_of))
 
     def residual_shown(self) -> dict[str, list[float]]:
         """The residual chart's drawn bars by series (for tests)."""
@@ -360,6 +476,14 @@ class PassInspector(QWidget):
         self.ledger.setText(
             f"ASD ledger: {spent} (rem at block start {number_text(ledger.remaining_before)}) · "
             f"exceptions {ledger.exceptions_before} → {ledger.exceptions_after}{knobs}")
+
+
+def _scrolled(content: QWidget) -> QScrollArea:
+    scroll = QScrollArea()
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+    scroll.setWidget(content)
+    return scroll
 
 
 def _row(rows: tuple, index: int) -> tuple:
@@ -401,11 +525,12 @@ def _chip(text: str, token_id: int, style: str, dark: bool) -> str:
     return f'<span style="{";".join(css)}" title="{title}">&nbsp;{shown}&nbsp;</span>'
 
 
-def _residual_text(inspection: PassInspection, sampled: int | None, text_of) -> str:
+def _residual_text(inspection: PassInspection, bars, text_of) -> str:
     detail = inspection.event.detail
     n = inspection.first_rejection
-    shown = sum(e.r for e in detail.residual)
+    shown = sum(e.r for e in bars.entries if not math.isnan(e.r))
     z = "" if detail.residual_norm is None else f"; before normalising it summed to {detail.residual_norm:.4g}"
+    sampled = bars.sampled
     token = "" if sampled is None else f"; the sampled token (outlined) is {token_label(text_of(sampled), sampled)}"
     return (f"Residual at position {(n or 0) + 1}: zero wherever q ≥ p; shown tokens {shown:.4f} + other tokens "
-            f"{detail.residual_other:.4f} = {shown + detail.residual_other:.4f}{z}{token}.")
+            f"{bars.other:.4f} = {shown + bars.other:.4f}{z}{token}.")
