@@ -8,13 +8,15 @@ target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/stats.p
     speedup(alpha, K, c) = E(alpha, K) / (K c + 1)              (and E / (K c + v))
 
 alpha is the run's α̂ = accepted / (accepted + passes that ended in a
-rejection), never the acceptance rate accepted / drafted (§7.2). Three plots:
-E against alpha for the K the run is set to, speedup against alpha for that K
-and c (plus the curve of the best K), each with the run's point (its tokens
-per pass, and its estimated speedup tokens · t_T / time); and alpha_i at each
-draft position over the positions the target tested, beside the flat line
-alpha that the i.i.d. model predicts. The optimal K is the K in 1..MAX_K with
-the highest predicted speedup for the measured alpha and c.
+rejection), never the acceptance rate accepted / drafted (§7.2). Four plots:
+the family of E(alpha, K) curves for K = 1..8 (as in Leviathan et al.'s
+figure) with the run's K drawn bold and the run's tokens per pass on it;
+speedup against alpha for that K and c (plus the curve of the best K), with
+the run's estimated speedup tokens · t_T / time; the optimal K against alpha
+for c; and alpha_i at each draft position over the positions the target
+tested, beside the flat line alpha that the i.i.d. model predicts. Sliders
+set alpha (a cursor on the curves) and c. The optimal K is the K in
+1..MAX_K with the highest predicted speedup for alpha and c.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QSlider,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -41,6 +44,11 @@ from app.widgets import on_screen
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 ALPHAS = np.linspace(0.0, 1.0, 201)
+FAMILY = tuple(range(1, 9))  # the E(alpha, K) curves drawn together, as in Leviathan et al., Figure 2
+ALPHA_STEPS = 100  # the alpha slider: 0..1 in steps of 0.01
+C_STEPS, C_MAX = 200, 2.0  # the c slider: 0..C_MAX in steps of 0.01
+FAMILY_COLOUR = "#9A9A9A"
+CURSOR_COLOUR = "#CC79A7"
 CURVE_COLOUR = "#0072B2"
 BEST_COLOUR = "#009E73"
 MEASURED_COLOUR = "#D55E00"
@@ -70,6 +78,10 @@ def e_curve(k: int) -> np.ndarray:
 
 def speedup_curve(k: int, c: float) -> np.ndarray:
     return np.array([predicted_speedup(float(a), k, c) for a in ALPHAS])
+
+
+def optimal_k_curve(c: float) -> np.ndarray:
+    return np.array([best_k(float(a), c) for a in ALPHAS], dtype=float)
 
 
 def measured_from(session) -> MeasuredPoint:
@@ -112,31 +124,52 @@ class TheoryExplorer(QWidget):
         self.c_spin.setSingleStep(0.01)
         self.c_spin.setValue(0.1)
         self.c_spin.setToolTip("c: cost of one draft step relative to one target forward")
-        self.follow_run = QCheckBox("Follow the K the run is set to and its measured c")
+        self.follow_run = QCheckBox("Follow the run (its K, α and c)")
         self.follow_run.setChecked(True)
+        self.alpha_slider = _slider(ALPHA_STEPS, "α: acceptance per tested draft; a cursor on the curves")
+        self.alpha_label = QLabel()
+        self.c_slider = _slider(C_STEPS, f"c: draft cost per drafted token over one target forward (0..{C_MAX:g})")
         for widget in (self.k_spin, self.c_spin):
             widget.valueChanged.connect(self._edited_by_hand)
+        self.alpha_slider.valueChanged.connect(self._edited_by_hand)
+        self.c_slider.valueChanged.connect(self._c_slid)
         self.follow_run.toggled.connect(lambda _on: self.refresh())
         form = QFormLayout()
         form.addRow("K", self.k_spin)
-        form.addRow("c", self.c_spin)
+        sliders = QFormLayout()
+        sliders.addRow(self.alpha_label, self.alpha_slider)
+        c_row = QHBoxLayout()
+        c_row.addWidget(self.c_slider, 1)
+        c_row.addWidget(self.c_spin)
+        sliders.addRow("c", c_row)
         self.controls = QHBoxLayout()
         self.controls.addLayout(form)
+        self.controls.addLayout(sliders, 1)
         self.controls.addWidget(self.follow_run)
-        self.controls.addStretch(1)
+        self._sync_c_slider()
 
     def _build_plots(self) -> None:
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(None)
-        self.e_plot = self._plot(0, "Tokens per pass E(α, K)", "α = accepted / tested", "tokens")
-        self.e_line = self.e_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
+        self.e_plot = self._plot(0, "Tokens per pass E(α, K), K = 1..8; ● this run", "α = accepted / tested",
+                                 "tokens per pass")
+        self.family = self._family_curves(self.e_plot)
+        self.e_line = self.e_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=3))
         self.e_point = self._measured_marker(self.e_plot)
         self.speedup_plot = self._plot(1, "Speedup E / (K c + 1); ● estimated", "α", "×")
+        self.speedup_plot.addLegend(offset=(5, 5))
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
-        self.speedup_line = self.speedup_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2))
-        self.best_line = self.speedup_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
+        self.speedup_line = self.speedup_plot.plot(pen=pg.mkPen(CURVE_COLOUR, width=2), name="this K")
+        self.best_line = self.speedup_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=1.5, style=Qt.PenStyle.DashLine),
+                                                name="best K")
         self.speedup_point = self._measured_marker(self.speedup_plot)
-        self.position_plot = self._plot(2, "α by draft position (tested); - - i.i.d. α", "position",
+        self.optimal_plot = self._plot(2, "Optimal K for c (speedup E / (K c + 1))", "α", "K")
+        self.optimal_plot.addLegend(offset=(5, 5))
+        self.optimal_line = self.optimal_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=2.5), stepMode=None,
+                                                   name="optimal K")
+        self.optimal_point = self._measured_marker(self.optimal_plot)
+        self.cursors = [self._cursor(plot) for plot in (self.e_plot, self.speedup_plot, self.optimal_plot)]
+        self.position_plot = self._plot(3, "α by draft position (tested); - - i.i.d. α", "position",
                                         "accepted / tested")
         self.position_plot.setYRange(0, 1)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=CURVE_COLOUR)
@@ -150,6 +183,24 @@ class TheoryExplorer(QWidget):
         plot.setLabel("left", y_label)
         plot.showGrid(x=True, y=True, alpha=0.2)
         return plot
+
+    @staticmethod
+    def _family_curves(plot: pg.PlotItem) -> dict[int, pg.PlotDataItem]:
+        """E(α, K) for K in FAMILY, thin and grey, each labelled at α = 1 where E = K + 1."""
+        curves = {}
+        for k in FAMILY:
+            curves[k] = plot.plot(ALPHAS, e_curve(k), pen=pg.mkPen(FAMILY_COLOUR, width=1))
+            label = pg.TextItem(f"K={k}", color=FAMILY_COLOUR, anchor=(1.0, 0.5))
+            label.setPos(0.99, k + 1)
+            plot.addItem(label)
+        plot.setXRange(0, 1.0, padding=0.02)
+        return curves
+
+    @staticmethod
+    def _cursor(plot: pg.PlotItem) -> pg.InfiniteLine:
+        line = pg.InfiniteLine(angle=90, pen=pg.mkPen(CURSOR_COLOUR, width=1.5, style=Qt.PenStyle.DashLine))
+        plot.addItem(line)
+        return line
 
     @staticmethod
     def _measured_marker(plot: pg.PlotItem) -> pg.ScatterPlotItem:
@@ -183,23 +234,37 @@ class TheoryExplorer(QWidget):
         self.set_measured(measured_from(self._session))
 
     def set_measured(self, point: MeasuredPoint) -> None:
-        """Show this measured point; with "follow" on, K and c follow the run."""
+        """Show this measured point; with "follow" on, K, α and c follow the run."""
         self.measured = point
         if self.follow_run.isChecked():
-            self._set_quietly(point.k, point.c)
+            self._set_quietly(point.k, point.c, point.alpha)
         self.redraw()
 
-    def _set_quietly(self, k: int | None, c: float | None) -> None:
+    def _set_quietly(self, k: int | None, c: float | None, alpha: float | None = None) -> None:
         for spin, value in ((self.k_spin, k), (self.c_spin, c)):
             if value is not None:
                 spin.blockSignals(True)
                 spin.setValue(value)
                 spin.blockSignals(False)
+        if alpha is not None:
+            self.alpha_slider.blockSignals(True)
+            self.alpha_slider.setValue(round(alpha * ALPHA_STEPS))
+            self.alpha_slider.blockSignals(False)
+        self._sync_c_slider()
+
+    def _sync_c_slider(self) -> None:
+        self.c_slider.blockSignals(True)
+        self.c_slider.setValue(round(min(self.c, C_MAX) / C_MAX * C_STEPS))
+        self.c_slider.blockSignals(False)
+
+    def _c_slid(self, value: int) -> None:
+        self.c_spin.setValue(value * C_MAX / C_STEPS)  # its valueChanged stops following and redraws
 
     def _edited_by_hand(self) -> None:
         self.follow_run.blockSignals(True)
-        self.follow_run.setChecked(False)  # a hand-picked K or c must not be overwritten by the next tick
+        self.follow_run.setChecked(False)  # a hand-picked K, α or c must not be overwritten by the next tick
         self.follow_run.blockSignals(False)
+        self._sync_c_slider()
         self.redraw()
 
     # --- results ------------------------------------------------------------------------
@@ -210,6 +275,11 @@ class TheoryExplorer(QWidget):
     @property
     def c(self) -> float:
         return self.c_spin.value()
+
+    @property
+    def alpha(self) -> float:
+        """The α the slider is set to (the run's α̂ while following the run)."""
+        return self.alpha_slider.value() / ALPHA_STEPS
 
     @property
     def optimal_k(self) -> int | None:
@@ -227,6 +297,11 @@ class TheoryExplorer(QWidget):
         k, c = self.k, self.c
         self.e_line.setData(ALPHAS, e_curve(k))
         self.speedup_line.setData(ALPHAS, speedup_curve(k, c))
+        self.optimal_line.setData(ALPHAS, optimal_k_curve(c))
+        self.optimal_plot.setTitle(f"Optimal K against α at c = {c:.3g}")
+        self.alpha_label.setText(f"α = {self.alpha:.2f}")
+        for cursor in self.cursors:
+            cursor.setValue(self.alpha)
         best = self.optimal_k
         if best is None:
             self.best_line.setData([], [])
@@ -246,6 +321,8 @@ class TheoryExplorer(QWidget):
                              [point.tokens_per_pass] if has_alpha and point.tokens_per_pass else [])
         self.speedup_point.setData([point.alpha] if has_alpha and point.speedup else [],
                                    [point.speedup] if has_alpha and point.speedup else [])
+        self.optimal_point.setData([point.alpha] if has_alpha and point.k else [],
+                                   [point.k] if has_alpha and point.k else [])  # the K the run used
 
     def _draw_positions(self) -> None:
         rates = self.position_rates()
@@ -261,7 +338,8 @@ class TheoryExplorer(QWidget):
         theory = "Theory: at α = {a:.2f}, K = {k}, c = {c:.3g}: E = {e:.2f} tokens per pass, speedup {s:.2f}×."
         if point.alpha is None:
             return (f"No run measured yet. At K = {k} and c = {c:.3g} the best α = 1 gives E = {k + 1} and speedup "
-                    f"{predicted_speedup(1.0, k, c):.2f}×. Generate to place the run on these curves.")
+                    f"{predicted_speedup(1.0, k, c):.2f}×. Generate to place the run on these curves. "
+                    + self._cursor_text())
         measured = (f"Measured: α = {point.alpha:.3f} (accepted / tested positions; acceptance rate accepted / "
                     f"drafted = {_fmt(point.acceptance_rate)}), c = {_fmt(point.c)}, "
                     f"{_fmt(point.tokens_per_pass)} tokens per pass, estimated speedup {_fmt(point.speedup)}× "
@@ -270,6 +348,7 @@ class TheoryExplorer(QWidget):
         best_c = self._c_for_best()
         return " ".join(part for part in [
             measured,
+            self._cursor_text(),
             theory.format(a=point.alpha, k=k, c=c, e=expected_tokens_per_pass(point.alpha, k),
                           s=predicted_speedup(point.alpha, k, c)),
             self._verify_cost_text(point.alpha, k, c),
@@ -279,12 +358,27 @@ class TheoryExplorer(QWidget):
             "drafter's own guesses.",
         ] if part)
 
+    def _cursor_text(self) -> str:
+        alpha, k, c = self.alpha, self.k, self.c
+        if self.follow_run.isChecked() and self.measured.alpha is not None:
+            return ""
+        return (f"Slider: at α = {alpha:.2f}, K = {k}, c = {c:.3g}: E = {expected_tokens_per_pass(alpha, k):.2f}, "
+                f"speedup {predicted_speedup(alpha, k, c):.2f}×, optimal K {best_k(alpha, c)}.")
+
     def _verify_cost_text(self, alpha: float, k: int, c: float) -> str:
         v = self.measured.verify_cost
         if v is None:
             return ""
         return (f"With the measured verify cost v = {v:.2f} one-token forwards: speedup E / (K c + v) = "
                 f"{speedup_with_verify_cost(alpha, k, c, v):.2f}×.")
+
+
+def _slider(steps: int, tip: str) -> QSlider:
+    slider = QSlider(Qt.Orientation.Horizontal)
+    slider.setRange(0, steps)
+    slider.setToolTip(tip)
+    slider.setMinimumWidth(120)
+    return slider
 
 
 def _fmt(value: float | None) -> str:
