@@ -7,6 +7,11 @@ shows each lane's events whose clock is <= t. While the race is still being
 computed, t never passes the slower-known lane's clock (the "frontier"), so
 neither lane is shown ahead of what has been measured; afterwards the
 Replay button plays the finished race again from the start.
+
+Each lane's text follows its newest tokens. Under the lanes, tokens against
+each lane's clock (the steeper line is the faster decoder) and, per
+speculative pass, its draft and verify time as stacked bars; the verdict
+stands on a line of its own above the details.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import html
 import math
 import time
 
+import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
@@ -32,6 +39,8 @@ from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
 from app.widgets import token_style as ts
 
 TICK_MS = 33
+LANE_COLOURS = {PLAIN: "#7F7F7F", SPECULATIVE: "#0072B2"}
+DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", "#0072B2"
 LANE_TITLES = {PLAIN: "Plain autoregressive decoding (target only)", SPECULATIVE: "Speculative decoding"}
 
 
@@ -85,6 +94,8 @@ class LanePanel(QGroupBox):
         self.stream = QPlainTextEdit()
         self.stream.setReadOnly(True)
         self.stream.setUndoRedoEnabled(False)
+        # The text lays out after it is inserted: follow the newest tokens whenever the scroll range grows.
+        self.stream.verticalScrollBar().rangeChanged.connect(lambda _low, _high: self.follow_newest())
         self.clock = QLabel()
         self.clock.setObjectName(f"{lane}Clock")
         self._formats = ts.make_formats(ts.is_dark(self.palette()))
@@ -115,6 +126,12 @@ class LanePanel(QGroupBox):
         if event.appended is not None:
             style = self._formats.get(event.appended.kind, self._formats[ts.TARGET])
             self._cursor.insertText(event.appended.text, style)
+        self.follow_newest()
+
+    def follow_newest(self) -> None:
+        """Scroll so the newest tokens show."""
+        bar = self.stream.verticalScrollBar()
+        bar.setValue(bar.maximum())
 
     def show_clock(self, seconds: float) -> None:
         rate = self.tokens / seconds if seconds > 0 else 0.0
@@ -123,6 +140,55 @@ class LanePanel(QGroupBox):
     @property
     def text(self) -> str:
         return self.stream.toPlainText()
+
+
+class RaceCharts(pg.GraphicsLayoutWidget):
+    """Tokens against each lane's clock, and the speculative lane's draft / verify time per pass."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setBackground(None)
+        self.setMinimumHeight(150)
+        self.progress = self.addPlot(row=0, col=0, title="Tokens against each lane's own clock")
+        self.progress.setLabel("bottom", "s")
+        self.progress.setLabel("left", "tokens")
+        self.progress.addLegend(offset=(5, 5))
+        self.progress.showGrid(x=True, y=True, alpha=0.2)
+        self.curves = {lane: self.progress.plot(pen=pg.mkPen(LANE_COLOURS[lane], width=2), name=lane)
+                       for lane in LANES}
+        self.timing = self.addPlot(row=0, col=1, title="Speculative passes: draft + verify time")
+        self.timing.setLabel("bottom", "pass")
+        self.timing.setLabel("left", "ms")
+        self.timing.addLegend(offset=(5, 5))
+        self.draft_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=DRAFT_COLOUR, name="draft")
+        self.verify_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=VERIFY_COLOUR, name="verify")
+        for bars in (self.draft_bars, self.verify_bars):
+            self.timing.addItem(bars)
+        self.reset()
+
+    def reset(self) -> None:  # not clear(): GraphicsLayoutWidget binds that name to its layout's clear
+        self.points: dict[str, list[tuple[float, int]]] = {lane: [(0.0, 0)] for lane in LANES}
+        self.pass_ms: list[tuple[float, float]] = []  # (draft, verify) per speculative pass
+        self.redraw()
+
+    def add_pass(self, lane: str, clock_s: float, tokens: int, event: PassEvent) -> None:
+        self.points[lane].append((clock_s, tokens))
+        if lane == SPECULATIVE:
+            self.pass_ms.append((event.timing.draft_ms, event.timing.verify_ms))
+
+    def redraw(self) -> None:
+        for lane, curve in self.curves.items():
+            t, tokens = zip(*self.points[lane], strict=True)
+            curve.setData(list(t), list(tokens))
+        x = np.arange(1, len(self.pass_ms) + 1, dtype=float)
+        draft = np.array([d for d, _v in self.pass_ms], dtype=float)
+        verify = np.array([v for _d, v in self.pass_ms], dtype=float)
+        self.draft_bars.setOpts(x=x, y0=np.zeros_like(draft), height=draft, width=0.8)
+        self.verify_bars.setOpts(x=x, y0=draft, height=verify, width=0.8)
+
+    def series(self, lane: str) -> list[tuple[float, int]]:
+        """The (clock, tokens) points drawn for a lane (for tests)."""
+        return list(self.points[lane])
 
 
 class RaceView(QWidget):
@@ -145,8 +211,13 @@ class RaceView(QWidget):
         self.stop_button.clicked.connect(self.sig_stop_requested)
         self.replay_button.clicked.connect(self.replay)
         self.lanes = {lane: LanePanel(lane) for lane in LANES}
+        self.charts = RaceCharts()
         self.setup = QLabel()
         self.setup.setWordWrap(True)
+        self.headline = QLabel()
+        self.headline.setObjectName("raceHeadline")
+        self.headline.setStyleSheet("font-weight: bold; font-size: 120%;")
+        self.headline.setWordWrap(True)
         self.verdict = QLabel("Each lane has its own clock that counts only its own work: the two runs take turns "
                               "on this machine and are replayed here in real time.")
         self.verdict.setWordWrap(True)
@@ -164,7 +235,9 @@ class RaceView(QWidget):
             lanes.addWidget(panel, 1)
         column = QVBoxLayout(self)
         column.addLayout(buttons)
-        column.addLayout(lanes, 1)
+        column.addLayout(lanes, 3)
+        column.addWidget(self.charts, 2)
+        column.addWidget(self.headline)
         column.addWidget(self.verdict)
 
     def set_running(self, running: bool) -> None:
@@ -179,7 +252,8 @@ class RaceView(QWidget):
         self.timeline = RaceTimeline()
         self.error = None
         self.setup.setText(html.escape(description))
-        self.verdict.setText("Racing…")
+        self.headline.setText("Racing…")
+        self.verdict.setText("")
         self.lanes[SPECULATIVE].setTitle(f"{LANE_TITLES[SPECULATIVE]}: {description}")
         self._restart_replay()
         self.set_running(True)
@@ -191,6 +265,7 @@ class RaceView(QWidget):
             self.timeline.result = item
         elif isinstance(item, EndEvent):  # the worker's failure event: the race could not run
             self.error = item.error or item.reason
+            self.headline.setText("The race failed")
             self.verdict.setText(f"The race failed — {item.error_type or 'error'}: {self.error}")
 
     def finished(self) -> None:
@@ -208,6 +283,7 @@ class RaceView(QWidget):
         self.timeline.rewind()
         for panel in self.lanes.values():
             panel.clear()
+        self.charts.reset()
         self._replay_started = time.monotonic()
         self._timer.start()
 
@@ -220,8 +296,11 @@ class RaceView(QWidget):
         for lane, panel in self.lanes.items():
             for item in self.timeline.due(lane, t):
                 panel.add(item.event)
+                if isinstance(item.event, PassEvent):
+                    self.charts.add_pass(lane, item.clock_s, panel.tokens, item.event)
             end = self.timeline.end_clock(lane)
             panel.show_clock(t if end is None else min(t, end))
+        self.charts.redraw()
         failed = not self._running and self.timeline.result is None  # the thread ended without a result
         if self.timeline.all_shown() or failed:
             self._timer.stop()
@@ -233,10 +312,21 @@ class RaceView(QWidget):
             return
         for lane in LANES:
             self.lanes[lane].show_clock(self.timeline.end_clock(lane) or 0.0)
+        self.headline.setText(verdict_line(result))
         self.verdict.setText(result_text(result))
 
     def lane_text(self, lane: str) -> str:
         return self.lanes[lane].text
+
+
+def verdict_line(result: RaceResult) -> str:
+    """Who won, in one line: the measured speedup of two real runs."""
+    speedup = result.speedup
+    if speedup is None or any(lane.reason == "error" for lane in (result.plain, result.speculative)):
+        return "No verdict: a lane did not finish."
+    if speedup >= 1:
+        return f"Speculative decoding won: {speedup:.2f}× faster than plain decoding (measured)."
+    return f"Plain decoding won: speculative decoding was {1 / speedup:.2f}× slower (measured)."
 
 
 def result_text(result: RaceResult) -> str:
