@@ -17,13 +17,15 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
+    QScrollArea,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -44,6 +46,7 @@ from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
 from app.widgets.race import RaceView
+from app.widgets.speed import SpeedControl
 from app.widgets.status import RunStatusBar
 from app.widgets.theory import TheoryExplorer
 from app.widgets.token_view import TokenView
@@ -58,6 +61,7 @@ EXPORTS = {
     "text": ("Export text", "Text (*.txt)"),
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
+CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 
 
 class MainWindow(QMainWindow):
@@ -84,6 +88,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         self._default_layout()
+        self._default_state = self.saveState()  # what View → Reset layout returns to
         self._restore(self.store.load())
 
     # --- construction --------------------------------------------------------------------
@@ -115,10 +120,13 @@ class MainWindow(QMainWindow):
         column.addWidget(self.token_view, 1)
         self.setCentralWidget(central)
 
-    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea,
+              scroll: bool = True) -> QDockWidget:
+        """A dock holding `widget`, in a scroll area unless it scrolls itself: no panel's minimum size may
+        push the window past a small screen (1024x700)."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name)  # saveState/restoreState key
-        dock.setWidget(widget)
+        dock.setWidget(_scrolled(widget) if scroll else widget)
         self.addDockWidget(area, dock)
         return dock
 
@@ -126,7 +134,8 @@ class MainWindow(QMainWindow):
         self.controls_dock = self._dock("Prompt", "promptDock", self.controls, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters,
                                         Qt.DockWidgetArea.RightDockWidgetArea)
-        self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea,
+                                      scroll=False)  # its grid of plots scrolls inside, below a minimum height
         bottom, right = Qt.DockWidgetArea.BottomDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
         self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector, bottom)
         self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory, bottom)
@@ -157,6 +166,10 @@ class MainWindow(QMainWindow):
         self.guide_action.triggered.connect(self.show_guide)
         for action in (self.step_mode_action, self.step_action, self.run_action, self.race_action, self.guide_action):
             bar.addAction(action)
+        self.speed = SpeedControl()
+        bar.addSeparator()
+        bar.addWidget(QLabel(" Speed "))
+        bar.addWidget(self.speed)
         self.addToolBar(bar)
 
     def _build_menus(self) -> None:
@@ -179,6 +192,12 @@ class MainWindow(QMainWindow):
         self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
         self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
         view_menu.addAction(self.hide_rejected_action)
+        view_menu.addSeparator()
+        self.reset_layout_action = view_menu.addAction("&Reset layout", self.reset_layout)
+        self.classroom_action = QAction("&Classroom layout (large fonts)", self, checkable=True)
+        self.classroom_action.setToolTip("Larger fonts in every panel and chart, for a projector")
+        self.classroom_action.toggled.connect(self.set_classroom)
+        view_menu.addAction(self.classroom_action)
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(self.guide_action)
 
@@ -205,6 +224,8 @@ class MainWindow(QMainWindow):
         self.runs.sig_loaded.connect(self.set_engine)
         self.runs.sig_load_failed.connect(self._on_load_failed)
         self.runs.sig_load_progress.connect(self.status.showMessage)
+        self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
+        self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
 
     # --- models ------------------------------------------------------------------------------
     def set_engine(self, engine: Engine, request: dict | None = None) -> None:
@@ -449,9 +470,32 @@ class MainWindow(QMainWindow):
     # --- persistence -------------------------------------------------------------------------------------
     def _default_layout(self) -> None:
         self.resize(1500, 950)
+        self._size_docks()
+
+    def _size_docks(self) -> None:
         horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
         self.resizeDocks([self.controls_dock, self.drafters_dock], [330, 380], horizontal)
-        self.resizeDocks([self.charts_dock], [380], vertical)
+        self.resizeDocks([self.charts_dock], [max(380, self.height() * 12 // 25)], vertical)
+
+    def reset_layout(self) -> None:
+        """Every dock back where it starts: shown, docked, tabbed, at its default size."""
+        for dock in self.findChildren(QDockWidget):
+            dock.setFloating(False)
+        self.restoreState(self._default_state)
+        for dock in self.findChildren(QDockWidget):
+            dock.show()
+        self.charts_dock.raise_()
+        self.drafters_dock.raise_()
+        self._size_docks()
+
+    def set_classroom(self, on: bool) -> None:
+        """Large fonts for a projector (on), or the normal ones (off)."""
+        scale = CLASSROOM_FONT_SCALE if on else 1.0
+        font = QFont(QApplication.font())
+        font.setPointSizeF(font.pointSizeF() * scale)
+        self.setFont(font)
+        self.charts.set_text_scale(scale)
+        self.classroom_action.setChecked(on)
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
@@ -500,6 +544,14 @@ class MainWindow(QMainWindow):
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
+
+
+def _scrolled(widget: QWidget) -> QScrollArea:
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(widget)
+    return area
 
 
 def _describe_setup(settings: DecodeSettings) -> str:

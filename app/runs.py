@@ -33,6 +33,7 @@ class RunController(QObject):
         self._race: GenerationThread | None = None  # runs an engine race: both lanes in one thread
         self._loader: ModelLoadThread | None = None
         self._closing = False  # once set, results of loads still in flight are discarded
+        self._min_pass_interval = 0.0  # slow motion of generations (seconds between passes; 0 = full speed)
 
     # --- state -----------------------------------------------------------------------------
     @property
@@ -51,6 +52,7 @@ class RunController(QObject):
     def start_generation(self, engine: Engine, prompt: str, live: LiveSettings, paused: bool,
                          chat_template: bool, on_event: EventSink) -> None:
         control = GenerationControl()
+        control.set_min_pass_interval(self._min_pass_interval)
         if paused:
             control.pause()
         thread = GenerationThread(engine.generate, prompt, live, control, chat_template=chat_template)
@@ -66,6 +68,12 @@ class RunController(QObject):
     def set_paused(self, paused: bool) -> None:
         if self._generation is not None:
             (self._generation.control.pause if paused else self._generation.control.resume)()
+
+    def set_min_pass_interval(self, seconds: float) -> None:
+        """Slow motion for this generation and the next ones: at least `seconds` between passes."""
+        self._min_pass_interval = seconds
+        if self._generation is not None:
+            self._generation.control.set_min_pass_interval(seconds)
 
     def step(self) -> None:
         """Let a paused generation run exactly one more pass."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,35 @@ class GrowingColumns:
         return self._data[self._index[name], : self.size]
 
 
+@dataclass(frozen=True)
+class SettingChange:
+    """Where the drafter, K or verification rule changed mid-run (derived from two consecutive passes)."""
+
+    row: int  # row in Session.passes of the first pass under the new setting
+    index: int  # that pass's index
+    text: str  # what changed, e.g. "K 4 → 6"
+
+
+def setting_changes(before: PassEvent, after: PassEvent, known_drafters: set[str]) -> list[str]:
+    """What changed from `before` to `after`. A drafter counts as a change only when it is neither in the
+    chain the run started with nor proposed in the recent passes: a fallback chain hands over between its
+    drafters pass by pass by design."""
+    found = []
+    if after.drafter is not None and after.drafter not in known_drafters:
+        found.append(f"drafter → {after.drafter}")
+    k_before, k_after = _k_set(before), _k_set(after)
+    if k_before != k_after:
+        found.append(f"K {k_before} → {k_after}")
+    if before.verify != after.verify:
+        found.append(f"{before.verify} → {after.verify}")
+    return found
+
+
+def _k_set(event: PassEvent) -> int:
+    """The K the run was set to at this pass (K' is clipped by the token limit: not a change of setting)."""
+    return event.k_setting if event.k_setting is not None else event.k
+
+
 class DrafterSeries:
     """alpha of one drafter over the passes in which it proposed."""
 
@@ -114,6 +144,7 @@ class Session(QObject):
         self.by_drafter: dict[str, DrafterSeries] = {}
         self._overall = RollingAcceptance(ROLLING_PASSES)
         self.positions = PositionAcceptance()
+        self.changes: list[SettingChange] = []
         self._text_parts: list[str] = []
         self._tokens = 0
         self._dirty = True
@@ -151,6 +182,7 @@ class Session(QObject):
         self.sig_ended.emit(event)
 
     def _add_pass(self, event: PassEvent) -> None:
+        self._note_change(event)
         self.passes.append(event)
         self._text_parts.extend(t.text for t in event.drafted if t.outcome in (ACCEPTED, ASD_EXCEPTION))
         if event.appended is not None:
@@ -160,6 +192,17 @@ class Session(QObject):
         self._overall.add(event.drafted)
         self.positions.add(event.drafted)
         self.series.append(self._pass_row(event))
+
+    def _note_change(self, event: PassEvent) -> None:
+        """File a SettingChange when this pass runs under another drafter, K or rule than the one before."""
+        if not self.passes:
+            return
+        known = {p.drafter for p in self.passes[-ROLLING_PASSES:] if p.drafter is not None}
+        if self.start is not None:
+            known.update(self.start.settings.get("drafters", ()))
+        found = setting_changes(self.passes[-1], event, known)
+        if found:
+            self.changes.append(SettingChange(len(self.passes), event.index, ", ".join(found)))
 
     def _pass_row(self, event: PassEvent) -> dict[str, float | None]:
         """One row of the charts: the engine's cumulative figures, and the theory at this pass's K."""

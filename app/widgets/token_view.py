@@ -6,7 +6,11 @@ list of start offsets and `bisect` (O(log n), a few bytes per token), so
 tooltips and clicks stay instant at tens of thousands of tokens.
 
 Within a pass the order is: accepted drafts, the rejected drafts as struck
-ghost text (optional), then the target's token (resampled or bonus).
+ghost text (optional), then the target's token (resampled or bonus). Where
+the drafter, K or rule changed mid-run (`Session.changes`), a small marker
+(" ⟂ K 4 → 6 ") stands before the first pass under the new setting; it
+belongs to no token. The selected pass's highlight is laid again after each
+append, so it always ends where that pass ends.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import html
 from bisect import bisect_right
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QTextBlockFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
@@ -32,6 +36,7 @@ HARD_BLOCK = 2000
 # Marks a paragraph that only continues the one before it: copying joins them without a line break.
 CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
+CHANGE_COLOUR = "#D55E00"  # the change markers, as in the charts
 
 
 class TokenView(QPlainTextEdit):
@@ -52,6 +57,10 @@ class TokenView(QPlainTextEdit):
         self._continuation = QTextBlockFormat()
         self._continuation.setProperty(CONTINUES, True)
         self._paragraph = QTextBlockFormat()  # a line break of the text itself
+        self._marker_format = QTextCharFormat()
+        self._marker_format.setForeground(QColor(CHANGE_COLOUR))
+        self._marker_format.setFontWeight(700)
+        self._marker_format.setToolTip("The drafter, K or verification rule changed here")
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -67,6 +76,10 @@ class TokenView(QPlainTextEdit):
         self._starts: list[int] = []  # document offset where each token starts
         self._refs: list[tuple[int, int]] = []  # (row in session.passes, drafted slot or -1 = appended)
         self._rendered = 0  # passes rendered so far
+        self._marks: list[int] = []  # document offsets where change markers (not tokens) start
+        self._mark_lengths: list[int] = []
+        self._changes_shown = 0  # Session.changes already marked
+        self._selected_row: int | None = None  # the highlighted pass
         self._prompt_shown = False
         self._cursor = QTextCursor(self.document())
         self._cursor.movePosition(QTextCursor.MoveOperation.End)
@@ -105,9 +118,12 @@ class TokenView(QPlainTextEdit):
             self._insert_text(session.start.prompt_text, self._formats[ts.PROMPT])
             self._prompt_shown = True
         for row in range(self._rendered, len(session.passes)):
+            self._insert_change_marker(row)
             self._insert_pass(row, session.passes[row])
         self._cursor.endEditBlock()
         self._rendered = len(session.passes)
+        if self._selected_row is not None:
+            self._highlight_pass(self._selected_row)  # text appended at its end must not join it
         if follow:
             bar.setValue(bar.maximum())
 
@@ -121,6 +137,18 @@ class TokenView(QPlainTextEdit):
                     self._insert(row, slot, token.text.replace("\n", GHOST_NEWLINE), ts.REJECTED)
         if event.appended is not None:
             self._insert(row, -1, event.appended.text, event.appended.kind)
+
+    def _insert_change_marker(self, row: int) -> None:
+        """Mark where a setting changed: before the first pass under the new one."""
+        changes = self._session.changes
+        while self._changes_shown < len(changes) and changes[self._changes_shown].row <= row:
+            change = changes[self._changes_shown]
+            self._changes_shown += 1
+            if change.row == row:
+                text = f" ⟂ {change.text} "
+                self._marks.append(self._cursor.position())
+                self._mark_lengths.append(len(text.encode("utf-16-le")) // 2)  # document positions: UTF-16
+                self._cursor.insertText(text, self._marker_format)
 
     def _insert(self, row: int, slot: int, text: str, style: str) -> None:
         if not text:
@@ -175,8 +203,23 @@ class TokenView(QPlainTextEdit):
         i = bisect_right(self._starts, position) - 1
         if i < 0:
             return None
+        return i if position < self._token_end(i) else None
+
+    def _token_end(self, i: int) -> int:
+        """Where token `i` ends: the next token, a change marker, or the end of the text."""
         end = self._starts[i + 1] if i + 1 < len(self._starts) else self._cursor.position()
-        return i if position < end else None
+        mark = bisect_right(self._marks, self._starts[i])
+        return min(end, self._marks[mark]) if mark < len(self._marks) else end
+
+    def change_marks(self) -> list[str]:
+        """The text of each change marker shown (for tests)."""
+        shown = []
+        for start, length in zip(self._marks, self._mark_lengths, strict=True):
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(start)
+            cursor.setPosition(start + length, QTextCursor.MoveMode.KeepAnchor)
+            shown.append(cursor.selectedText().strip())
+        return shown
 
     def token_info(self, index: int) -> tuple[PassEvent, DraftedToken | AppendedToken]:
         row, slot = self._refs[index]
@@ -214,6 +257,7 @@ class TokenView(QPlainTextEdit):
         """Highlight the tokens of pass `row` (a row of session.passes) and announce its pass index."""
         if self._session is None or not 0 <= row < len(self._session.passes):
             return
+        self._selected_row = row
         self._highlight_pass(row)
         self.sig_pass_selected.emit(self._session.passes[row].index)
 
@@ -222,8 +266,7 @@ class TokenView(QPlainTextEdit):
         if not indices:
             self.setExtraSelections([])
             return
-        start = self._starts[indices[0]]
-        end = self._starts[indices[-1] + 1] if indices[-1] + 1 < len(self._starts) else self._cursor.position()
+        start, end = self._starts[indices[0]], self._token_end(indices[-1])
         selection = QTextEdit.ExtraSelection()
         selection.cursor = QTextCursor(self.document())
         selection.cursor.setPosition(start)
