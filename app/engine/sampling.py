@@ -7,7 +7,8 @@ the target's probabilities and `q` the drafter's. Under the sample rule both
     z' = z / T                      temperature T > 0
     z' = mask_top_k(z')             keep tokens with z' >= k-th largest z' (k = 0: off)
     z' = mask_top_p(z')             keep the smallest highest-probability set
-                                    whose probability is >= top_p (top token always kept)
+                                    whose probability is >= top_p (top token always kept,
+                                    and every token tied with the last kept one)
     p  = softmax(z')                masked tokens (z' = -inf) get probability exactly 0
 
 Under greedy decoding `p = softmax(z)` (no warping) is only reported, and the
@@ -19,10 +20,15 @@ any floating dtype are computed in float32.
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from app.engine.settings import SamplingSettings
+
+MASS_SCALE = 2**23  # top-p masses are split at multiples of 1 / MASS_SCALE (see _mask_top_p)
 
 
 def warp_probs(logits: Tensor, sampling: SamplingSettings) -> Tensor:
@@ -49,18 +55,36 @@ def _mask_top_k(z: Tensor, k: int) -> Tensor:
 def _mask_top_p(z: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of most probable tokens whose probability reaches top_p.
 
-    Sorted descending, token j is kept iff the mass strictly before it is
-    < top_p; so the top token is always kept and the set stops at the first
-    token that brings the cumulative mass to >= top_p.
+    Sorted descending, token j is kept iff the mass strictly before it,
+    M_j = sum_{i<j} p_(i), is < top_p; so the top token is always kept and the
+    set stops at the first token that brings the cumulative mass to >= top_p.
+    Tokens tied with the last kept one are kept too, so the set does not depend
+    on how the sort orders ties (as top-k keeps ties with its k-th value).
+
+    M_j is summed in float32 (no float64 on the device) without a float32
+    cumsum's rounding: each p = hi + lo with hi = p truncated to a multiple of
+    2^-23, whose partial sums H_j (<= 2) float32 holds exactly, and lo < 2^-23,
+    whose partial sums L_j are small, so their rounding is of order 2^-47 per
+    token. top_p = t_hi + t_lo is split the same way on the host, and
+    M_j < top_p is tested as (H_j - t_hi) < (t_lo - L_j), whose left side is exact.
     """
     if top_p >= 1.0:
         return z
-    probs = torch.softmax(z, dim=-1)  # (..., V)
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # (..., V)
-    mass_before = torch.cumsum(sorted_probs.double(), dim=-1) - sorted_probs.double()  # (..., V)
-    keep_sorted = mass_before < top_p  # (..., V)
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (..., V)
-    return z.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(z, dim=-1)  # (..., V) float32
+    sorted_probs = torch.sort(probs, dim=-1, descending=True).values  # (..., V)
+    hi = torch.floor(sorted_probs * MASS_SCALE) / MASS_SCALE  # (..., V) exact
+    lo = sorted_probs - hi  # (..., V) exact, in [0, 2^-23)
+    t_hi = math.floor(top_p * MASS_SCALE) / MASS_SCALE  # exact in float64 and float32
+    t_lo = top_p - t_hi  # in [0, 2^-23)
+    keep_sorted = (_mass_before(hi) - t_hi) < (t_lo - _mass_before(lo))  # (..., V) M_j < top_p
+    n_kept = keep_sorted.sum(dim=-1, keepdim=True).clamp(min=1)  # (..., 1)
+    last_kept = sorted_probs.gather(-1, n_kept - 1)  # (..., 1) the smallest kept probability
+    return z.masked_fill(probs < last_kept, float("-inf"))
+
+
+def _mass_before(sorted_values: Tensor) -> Tensor:
+    """Exclusive prefix sums over the last dimension: (..., V) -> (..., V), 0 first."""
+    return F.pad(sorted_values.cumsum(dim=-1)[..., :-1], (1, 0))
 
 
 class TokenSampler:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from app.engine.exact import to_host_float64
+
 
 @dataclass(frozen=True, eq=False)
 class Verdict:
@@ -43,8 +45,8 @@ class Verdict:
     accept_prob: Tensor | None = None  # sample: (K,) float32 min(1, p_i(x_i) / q_i(x_i)), p_i(x_i) for one-hot q
     u: Tensor | None = None  # sample: (K,) the uniform draws compared with accept_prob
     residual: Tensor | None = None  # sample: (V,) norm(max(0, p_n - q_n)) at the first rejection n; None if all kept
-    regret: Tensor | None = None  # ASD: (K,) float64 r_i = max(0, z_i[y_i] - z_i[x_i])
-    mismatch: Tensor | None = None  # ASD: (K,) bool x_i != y_i
+    regret: Tensor | None = None  # ASD: (K,) float64 on the host, r_i = max(0, z_i[y_i] - z_i[x_i])
+    mismatch: Tensor | None = None  # ASD: (K,) bool on the host, x_i != y_i
 
     def is_exception(self, i: int) -> bool:
         """Whether draft i is a mismatch with the target's argmax that the rule accepted (ASD only)."""
@@ -147,7 +149,8 @@ def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
 def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> Verdict:
     """Approximate Speculative Decoding (§5), O(K) vectorised.
 
-    With y_i = argmax z_i, r_i = max(0, z_i[y_i] - z_i[x_i]) (float64),
+    With y_i = argmax z_i, r_i = max(0, z_i[y_i] - z_i[x_i]) (float64, on the host:
+    the two logits per row are gathered on the device, then widened by `to_host_float64`),
     mis_i = x_i != y_i, suffix value v_i = K - i and C_i = sum_{j<=i} mis_j r_j,
     position i is feasible iff it is a match, or a mismatch with
 
@@ -162,13 +165,15 @@ def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate:
     exactly. Charge the ledger with `asd_charge` after clipping a.
     """
     k = _check_block(draft_ids, target_logits, 1, "target_logits")
-    x = draft_ids.long()  # (K,)
-    z = target_logits.double()  # (K+1, V); exact for every float dtype
-    y = z.argmax(dim=-1)  # (K+1,)
-    top = _at(z[:k], y[:k])  # (K,)
-    regret = (top - _at(z[:k], x)).clamp(min=0.0)  # (K,)
-    mismatch = x != y[:k]  # (K,)
-    value = torch.arange(k, 0, -1, dtype=torch.float64, device=z.device)  # (K,) = K, K-1, .., 1
+    z = target_logits  # (K+1, V) on the device, in the logits' own dtype
+    y = z.argmax(dim=-1)  # (K+1,) first maximum; widening to float64 keeps every value, hence the same argmax
+    x = draft_ids.long().to(z.device)  # (K,)
+    top_and_draft = torch.stack([_at(z[:k], y[:k]), _at(z[:k], x)], dim=1)  # (K, 2): top_i, z_i[x_i]
+    top, z_x = to_host_float64(top_and_draft).unbind(dim=1)  # (K,), (K,) float64 on the host, exact
+    y = y.cpu()  # (K+1,)
+    regret = (top - z_x).clamp(min=0.0)  # (K,)
+    mismatch = x.cpu() != y[:k]  # (K,)
+    value = to_host_float64(torch.arange(k, 0, -1))  # (K,) = K, K-1, .., 1
     charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
     spent = charged.cumsum(dim=0)  # (K,) C_i
     spent_before = torch.cat([spent.new_zeros(1), spent[:-1]])  # (K,) C_{i-1}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -119,6 +121,27 @@ def test_top_p_counts_a_token_that_crosses_the_threshold():
     assert kept(warp_probs(z, SamplingSettings(top_p=0.6))) == {0, 1}
     # exactly reaching top_p is enough (>=)
     assert kept(warp_probs(z, SamplingSettings(top_p=0.5))) == {0}
+
+
+def test_top_p_keeps_every_token_tied_with_the_boundary_token():
+    z = torch.tensor([0.5, 0.25, 0.25, 0.125, 0.125]).log()
+    # 0.5 < 0.6: one of the two 0.25 tokens is needed, and which one is only the sort's choice: keep both.
+    assert kept(warp_probs(z, SamplingSettings(top_p=0.6))) == {0, 1, 2}
+    assert kept(warp_probs(z, SamplingSettings(top_p=0.9))) == {0, 1, 2, 3, 4}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_top_p_cut_is_exact_far_below_float32_rounding_of_the_mass(seed):
+    """top_p a hair (1e-9, a sixtieth of float32's epsilon) on either side of an exact prefix mass."""
+    z = logits_from(seed, (4000,), scale=0.5)  # a flat distribution: the boundary needs thousands of tokens
+    probs = torch.softmax(z, dim=-1)  # (V,) float32: the distribution top-p cuts
+    exact = [Fraction(0)]
+    for value in sorted(probs.tolist(), reverse=True):  # float32 values, summed exactly
+        exact.append(exact[-1] + Fraction(value))
+    for j in (900, 2000, 3100):  # M_j, the exact mass of the j most probable tokens
+        for top_p in (float(exact[j]) - 1e-9, float(exact[j]) + 1e-9):
+            expected = sum(1 for mass_before in exact[:-1] if mass_before < Fraction(top_p))
+            assert len(kept(warp_probs(z, SamplingSettings(top_p=top_p)))) == expected, (j, top_p)
 
 
 def test_order_is_temperature_then_top_k_then_top_p():
