@@ -109,7 +109,7 @@ class SpeculativeDecoder:
         else:
             ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         limit = self._context_length
-        if len(ids) >= limit:
+        if len(ids) > limit:
             raise ContextTooLongError(
                 f"the prompt has {len(ids)} tokens but the model's context holds {limit}; shorten the prompt.")
         return list(ids)
@@ -171,7 +171,9 @@ class SpeculativeDecoder:
 
     def _pass(self, req: _Request, settings: DecodeSettings) -> tuple[PassEvent | None, EndReason | None]:
         """Draft K', verify in one target forward, commit a'+1 tokens; the event and the end reason if it ended."""
-        room = self._context_length - 1 - req.ids.numel()  # positions left for new tokens after this one
+        # The target's positions 0 .. C-1 hold fed tokens; the token appended last is never fed, so the
+        # sequence is full at C + 1 tokens. Feeding ids[-1] and K' drafts reaches position N - 1 + K' <= C - 1.
+        room = self._context_length - req.ids.numel()  # K' at most
         if room < 0:
             return None, "context_full"
         k = self._draft_length(req, settings, room)
@@ -215,6 +217,8 @@ class SpeculativeDecoder:
     def _draft_length(self, req: _Request, settings: DecodeSettings, room: int) -> int:
         if settings.k != req.k_setting or not settings.adaptive_k:
             req.k, req.k_setting = settings.k, settings.k
+        if settings.adaptive_k:  # adaptive K starts, and stays, within [k_min, k_max]
+            req.k = min(max(req.k, settings.k_min), settings.k_max)
         remaining = settings.max_new_tokens - req.generated
         if not settings.drafters:
             return 0
@@ -327,7 +331,7 @@ class SpeculativeDecoder:
         texts, appended_text = token_texts(req.detok, block, commit)
         drafted = drafted_tokens(block, commit, texts)
         appended = appended_token(block, commit, appended_text)
-        detail = pass_detail(block, asd)
+        detail = pass_detail(block, commit, asd)
         timing = clock.timing()  # the whole pass, event building included
         req.stats.add_pass(drafted, len(commit.ids(block)), timing)
         req.passes += 1

@@ -36,6 +36,7 @@ from app.engine.events import (
     Timing,
     TokenProb,
 )
+from app.engine.exact import to_host_float64
 from app.engine.loading import synchronize
 from app.engine.settings import AsdSettings
 from app.engine.verify import Verdict
@@ -142,11 +143,11 @@ def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
     Returns the entries (largest r first), the residual mass outside them and
     sum_v max(0, p_v - q_v) before normalising. (V,) rows; one-hot q when q_row is None.
     """
-    p_row, residual = p_row.double().cpu(), residual.double().cpu()  # (V,)
-    if q_row is None:
-        q_row = torch.zeros_like(p_row)
+    p_row, residual = to_host_float64(p_row), to_host_float64(residual)  # (V,) on the host
+    if q_row is None:  # one-hot q at x
+        q_row = torch.zeros(p_row.numel())  # (V,)
         q_row[x] = 1.0
-    q_row = q_row.double().cpu()  # (V,)
+    q_row = to_host_float64(q_row)  # (V,)
     k = min(INSPECT_TOP, p_row.numel())
     ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
     entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
@@ -158,12 +159,16 @@ def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
     return tuple(entries), other, norm
 
 
-def pass_detail(block: VerifiedBlock, asd: AsdBlockStart | None) -> PassDetail:
-    """The top of p and q per row, the residual at a sampled rejection, and the ASD state of the block."""
+def pass_detail(block: VerifiedBlock, commit: Commit, asd: AsdBlockStart | None) -> PassDetail:
+    """The top of p and q per row, the residual at a sampled rejection, and the ASD state of the block.
+
+    The residual is shown only when the pass appended the token drawn from it: not when the block was
+    clipped before the rejected row (an accepted EOS, the token limit).
+    """
     residual: tuple[ResidualEntry, ...] = ()
     residual_other, residual_norm = 0.0, None
     verdict = block.verdict
-    if verdict.residual is not None:
+    if verdict.residual is not None and commit.kept == verdict.n_accepted and commit.next_token is not None:
         n = verdict.n_accepted
         q_row = None if block.q is None else block.q[n]
         residual, residual_other, residual_norm = residual_detail(block.p[n], q_row, block.draft_ids[n],
