@@ -57,8 +57,11 @@ class Verdict:
 
 
 def _prefix_length(ok: Tensor) -> int:
-    """Length of the leading run of True in a (K,) bool tensor."""
-    return int(ok.long().cumprod(dim=0).sum())
+    """Length of the leading run of True in a (K,) bool tensor.
+
+    The scan runs in float32 (0/1 products are exact): MPS before macOS 13.3 has no int64 cumsum / cumprod.
+    """
+    return int(ok.float().cumprod(dim=0).sum())
 
 
 def _check_block(draft_ids: Tensor, rows: Tensor, extra_rows: int, name: str) -> int:

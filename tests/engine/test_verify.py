@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from app.engine.sampling import TokenSampler
 from app.engine.settings import SamplingSettings
@@ -69,6 +70,28 @@ def test_greedy_ties_resolve_to_the_first_maximum():
     assert verify_greedy(ids(2), z).n_accepted == 0
     v = verify_greedy(ids(1), z)
     assert (v.n_accepted, v.next_token) == (1, 0)
+
+
+class NoIntegerScans(TorchDispatchMode):
+    """Records cumsum / cumprod over integer tensors (MPS before macOS 13.3 has none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.cumsum, torch.ops.aten.cumprod) and not args[0].is_floating_point():
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_greedy_and_sampling_scan_no_integer_tensor():
+    z = one_hot_rows([3, 1, 2, 0], v=5)  # (K+1, V)
+    p = torch.softmax(z, dim=-1)  # (K+1, V)
+    with NoIntegerScans() as mode:
+        verify_greedy(ids(3, 1, 4), z)
+        verify_sampling(ids(3, 1, 4), p, None, torch.tensor([0.1, 0.2, 0.3]), torch.Generator().manual_seed(0))
+    assert not mode.seen
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
