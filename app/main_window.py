@@ -539,6 +539,13 @@ class MainWindow(QMainWindow):
         if self.engine is not None:
             self.engine.close()
 
+    def resizeEvent(self, event) -> None:
+        """On a smaller screen the charts give back room to the text, down to their minimum (then they scroll)."""
+        super().resizeEvent(event)
+        share = self.height() * 9 // 20
+        if self.charts_dock.height() > share and not self.charts_dock.isFloating():
+            self.resizeDocks([self.charts_dock], [share], Qt.Orientation.Vertical)
+
     def closeEvent(self, event) -> None:
         self.hide()  # the window goes at once, even while a load finishes its current step
         self.shutdown()
