@@ -58,6 +58,7 @@ COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argm
 SAMPLING_ONLY = (COL_RATIO, COL_ACCEPT, COL_U)  # under greedy / ASD, p/q decides nothing
 ASD_ONLY = (COL_REGRET, COL_SUFFIX, COL_GATE, COL_CAP, COL_COST)
 TOKEN_LABEL_CHARS = 10
+OTHERS = "others"  # the residual mass of every token without a bar (short: a long tick label is dropped)
 
 
 def number_text(value: float | None) -> str:
@@ -82,10 +83,10 @@ class BarChart(pg.PlotWidget):
     def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
         super().__init__(parent=parent, title=title)
         self.setBackground(None)
-        self.setMinimumHeight(170)
+        self.setMinimumHeight(140)
         self.getPlotItem().showGrid(y=True, alpha=0.2)
         self.getPlotItem().setMouseEnabled(x=False, y=False)
-        self.addLegend(offset=(5, 5))
+        self.addLegend(offset=(-5, 5))  # top right: the tallest bars are on the left
         self.width_each = 0.8 / len(names)
         self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
                        for name, colour in zip(names, colours, strict=False)}
@@ -219,8 +220,10 @@ class PassInspector(QWidget):
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         table.verticalHeader().hide()
+        table.verticalHeader().setDefaultSectionSize(22)
+        table.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        table.setMinimumHeight(120)
+        table.setFixedHeight(120)
         table.currentCellChanged.connect(lambda row, *_: self.select_row(row))
         return table
 
@@ -231,8 +234,14 @@ class PassInspector(QWidget):
         top.addWidget(self.next_button)
         top.addWidget(self.header, 1)
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(_scrolled(self._column(self.block, self.table, self.strip, self.ledger, self.paragraph)))
-        splitter.addWidget(_scrolled(self._column(self.bars, self.residual_title, self.residual)))
+        words = self._column(self.block, self.table, self.strip, self.residual_title, self.ledger, self.paragraph)
+        charts = QWidget()
+        chart_column = QVBoxLayout(charts)
+        chart_column.setContentsMargins(0, 0, 0, 0)
+        chart_column.addWidget(self.bars, 1)
+        chart_column.addWidget(self.residual, 1)
+        splitter.addWidget(_scrolled(words))
+        splitter.addWidget(_scrolled(charts))
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         splitter.setChildrenCollapsible(False)
@@ -342,6 +351,14 @@ class PassInspector(QWidget):
             hidden = (col in SAMPLING_ONLY and event.verify != "sample") or (col in ASD_ONLY and event.verify != "asd")
             self.table.setColumnHidden(col, hidden)
         self.table.blockSignals(False)
+        self._fit_table_height()
+
+    def _fit_table_height(self) -> None:
+        """As tall as its rows (a K = 8 block still fits), so the words under it stay in view."""
+        rows = sum(self.table.rowHeight(row) for row in range(self.table.rowCount()))
+        scroll_bar = self.table.horizontalScrollBar().sizeHint().height()
+        frame = 2 * self.table.frameWidth()
+        self.table.setFixedHeight(self.table.horizontalHeader().height() + rows + scroll_bar + frame)
 
     def _fill_position(self, position: PositionView, verify: str) -> None:
         row, token = position.index, position.token
@@ -452,7 +469,7 @@ class PassInspector(QWidget):
             self.residual.show_bars([], {}, None)
             return
         entries = bars.entries
-        labels = [token_label(self._text_of(e.id), e.id) for e in entries] + ["other tokens"]
+        labels = [token_label(self._text_of(e.id), e.id) for e in entries] + [OTHERS]
         values = {"p": [e.p for e in entries] + [math.nan], "q": [e.q for e in entries] + [math.nan],
                   "residual": [e.r for e in entries] + [bars.other]}
         highlight = next((i for i, e in enumerate(entries) if e.id == bars.sampled), None)
@@ -532,5 +549,9 @@ def _residual_text(inspection: PassInspection, bars, text_of) -> str:
     z = "" if detail.residual_norm is None else f"; before normalising it summed to {detail.residual_norm:.4g}"
     sampled = bars.sampled
     token = "" if sampled is None else f"; the sampled token (outlined) is {token_label(text_of(sampled), sampled)}"
+    entry = next((e for e in bars.entries if e.id == sampled), None)
+    if entry is not None and math.isnan(entry.r):
+        token += (" (its q, hence its residual, was not recorded: it lies outside the stored top tokens, so its "
+                  "share stays in the others bar)")
     return (f"Residual at position {(n or 0) + 1}: zero wherever q ≥ p; shown tokens {shown:.4f} + other tokens "
             f"{bars.other:.4f} = {shown + bars.other:.4f}{z}{token}.")

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QVBoxLayout,
@@ -106,11 +107,29 @@ class TheoryExplorer(QWidget):
         self.summary.setWordWrap(True)
         self.summary.setObjectName("theorySummary")
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        column = QVBoxLayout(self)
+        self._columns = 0
+        self._layout()
+        self.redraw()
+
+    def _layout(self) -> None:
+        """The controls and the words in a column on the left; the plots take the rest."""
+        side = QWidget()
+        column = QVBoxLayout(side)
+        column.setContentsMargins(0, 0, 0, 0)
         column.addLayout(self.controls)
         column.addWidget(self.summary)
-        column.addWidget(self.plots, 1)
-        self.redraw()
+        column.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(side)
+        scroll.setMinimumWidth(250)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # the words wrap instead
+        scroll.setMaximumWidth(340)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 4, 4, 4)
+        row.addWidget(scroll)
+        row.addWidget(self.plots, 1)
 
     # --- construction ----------------------------------------------------------------
     def _build_controls(self) -> None:
@@ -142,9 +161,9 @@ class TheoryExplorer(QWidget):
         c_row.addWidget(self.c_slider, 1)
         c_row.addWidget(self.c_spin)
         sliders.addRow("c", c_row)
-        self.controls = QHBoxLayout()
+        self.controls = QVBoxLayout()
         self.controls.addLayout(form)
-        self.controls.addLayout(sliders, 1)
+        self.controls.addLayout(sliders)
         self.controls.addWidget(self.follow_run)
         self._sync_c_slider()
 
@@ -168,6 +187,8 @@ class TheoryExplorer(QWidget):
         self.optimal_line = self.optimal_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=2.5), stepMode=None,
                                                    name="optimal K")
         self.optimal_point = self._measured_marker(self.optimal_plot)
+        self.optimal_plot.legend.addItem(self.optimal_point, "this run's K")
+        self.optimal_plot.setYRange(0, 2 * max(FAMILY), padding=0)  # K → 64 only as α → 1: that corner is cut
         self.cursors = [self._cursor(plot) for plot in (self.e_plot, self.speedup_plot, self.optimal_plot)]
         self.position_plot = self._plot(3, "α by draft position (tested); - - i.i.d. α", "position",
                                         "accepted / tested")
@@ -178,7 +199,8 @@ class TheoryExplorer(QWidget):
         self.position_plot.addItem(self.position_alpha)
 
     def _plot(self, col: int, title: str, x_label: str, y_label: str) -> pg.PlotItem:
-        plot = self.plots.addPlot(row=0, col=col, title=title)
+        plot = self.plots.addPlot(row=0, col=col)
+        plot.setTitle(title, size="9pt")
         plot.setLabel("bottom", x_label)
         plot.setLabel("left", y_label)
         plot.showGrid(x=True, y=True, alpha=0.2)
@@ -227,6 +249,23 @@ class TheoryExplorer(QWidget):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        wide = self.plots.width() > 3 * self.plots.height()
+        self._arrange(4 if wide else 2)
+
+    def _arrange(self, columns: int) -> None:
+        """The four plots in one row when the panel is wide, else in two rows of two."""
+        if columns == self._columns:
+            return
+        self._columns = columns
+        plots = (self.e_plot, self.speedup_plot, self.optimal_plot, self.position_plot)
+        layout = self.plots.ci
+        for plot in plots:
+            layout.removeItem(plot)
+        for i, plot in enumerate(plots):
+            layout.addItem(plot, row=i // columns, col=i % columns)
 
     def refresh(self) -> None:
         """Read the session's latest figures and redraw."""
@@ -298,7 +337,7 @@ class TheoryExplorer(QWidget):
         self.e_line.setData(ALPHAS, e_curve(k))
         self.speedup_line.setData(ALPHAS, speedup_curve(k, c))
         self.optimal_line.setData(ALPHAS, optimal_k_curve(c))
-        self.optimal_plot.setTitle(f"Optimal K against α at c = {c:.3g}")
+        self.optimal_plot.setTitle(f"Optimal K against α at c = {c:.3g}", size="9pt")
         self.alpha_label.setText(f"α = {self.alpha:.2f}")
         for cursor in self.cursors:
             cursor.setValue(self.alpha)
@@ -377,7 +416,7 @@ def _slider(steps: int, tip: str) -> QSlider:
     slider = QSlider(Qt.Orientation.Horizontal)
     slider.setRange(0, steps)
     slider.setToolTip(tip)
-    slider.setMinimumWidth(120)
+    slider.setMinimumWidth(60)
     return slider
 
 

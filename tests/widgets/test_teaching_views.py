@@ -69,7 +69,7 @@ def test_sampled_replacement_always_has_its_own_residual_bar(qtbot, decoder):
         inspector.show_event(shown_event)
         labels = inspector.residual.labels()
         label = token_label(f"#{sampled}", sampled)  # no tokenizer bound: ids spelled as #id
-        assert labels.count(label) == 1 and labels[-1] == "other tokens"
+        assert labels.count(label) == 1 and labels[-1] == "others"
         bars = residual_bars(shown_event)
         heights = inspector.residual_shown()["residual"]
         assert heights[labels.index(label)] == pytest.approx(removed.r)  # rebuilt: max(0, p − q) / Z
