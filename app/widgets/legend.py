@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import math
+
+from PySide6.QtCore import QSizeF, Qt, Signal
 from PySide6.QtGui import QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QTextEdit, QWidget
 
 from app.widgets import token_style as ts
 
@@ -16,14 +18,15 @@ class TokenLegend(QWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.sample = QPlainTextEdit()
+        self.sample = QTextEdit()
         self.sample.setReadOnly(True)
-        self.sample.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.sample.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
         self.sample.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.sample.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.sample.setFrameShape(QPlainTextEdit.Shape.NoFrame)
+        self.sample.setFrameShape(QTextEdit.Shape.NoFrame)
         self.sample.viewport().setAutoFillBackground(False)
-        self.sample.setFixedHeight(2 * self.sample.fontMetrics().lineSpacing() + 12)  # room to wrap once
+        # QTextEdit re-wraps its document to the viewport's width; the height follows every re-wrap.
+        self.sample.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self.sample.setToolTip("<br>".join(f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN))
         self.hide_rejected = QCheckBox("Hide rejected")
         self.hide_rejected.setToolTip("Hide the struck-through ghost text of rejected drafts")
@@ -42,7 +45,12 @@ class TokenLegend(QWidget):
             cursor.insertText(ts.LABELS[name], formats[name])
             cursor.insertText("\u2003", QTextCharFormat())  # em space between entries
 
+    def _fit_height(self, size: QSizeF) -> None:
+        """As tall as the wrapped entries, at any width and font size: a legend is never cut."""
+        self.sample.setFixedHeight(math.ceil(size.height()) + 2 * self.sample.frameWidth())
+        self.sample.verticalScrollBar().setValue(0)
+
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
-        if event.type() == event.Type.PaletteChange:
+        if event.type() in (event.Type.PaletteChange, event.Type.FontChange):
             self._render()
