@@ -11,7 +11,7 @@ Replay button plays the finished race again from the start.
 Each lane's text follows its newest tokens. Under the lanes, tokens against
 each lane's clock (the steeper line is the faster decoder) and, per
 speculative pass, its draft and verify time as stacked bars; the verdict
-stands on a line of its own above the details.
+stands on a line of its own, with the details under it, above the lanes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -94,6 +95,9 @@ class LanePanel(QGroupBox):
         self.stream = QPlainTextEdit()
         self.stream.setReadOnly(True)
         self.stream.setUndoRedoEnabled(False)
+        self.stream.setMinimumHeight(80)
+        # No height wish of its own: in a scrolling dock the lanes share what is left, the charts stay in view.
+        self.stream.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         # The text lays out after it is inserted: follow the newest tokens whenever the scroll range grows.
         self.stream.verticalScrollBar().rangeChanged.connect(lambda _low, _high: self.follow_newest())
         self.clock = QLabel()
@@ -148,7 +152,8 @@ class RaceCharts(pg.GraphicsLayoutWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setBackground(None)
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(120)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.progress = self.addPlot(row=0, col=0, title="Tokens against each lane's own clock")
         self.progress.setLabel("bottom", "s")
         self.progress.setLabel("left", "tokens")
@@ -222,6 +227,7 @@ class RaceView(QWidget):
                               "on this machine and are replayed here in real time.")
         self.verdict.setWordWrap(True)
         self.verdict.setObjectName("raceVerdict")
+        self.verdict.setMinimumHeight(3 * self.verdict.fontMetrics().lineSpacing())  # never squashed by the lanes
         self._layout()
         self.set_running(False)
 
@@ -235,10 +241,10 @@ class RaceView(QWidget):
             lanes.addWidget(panel, 1)
         column = QVBoxLayout(self)
         column.addLayout(buttons)
-        column.addLayout(lanes, 3)
-        column.addWidget(self.charts, 2)
-        column.addWidget(self.headline)
+        column.addWidget(self.headline)  # the verdict first: it must show without scrolling
         column.addWidget(self.verdict)
+        column.addLayout(lanes, 1)
+        column.addWidget(self.charts, 1)
 
     def set_running(self, running: bool) -> None:
         self._running = running
