@@ -12,23 +12,62 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from app import __version__
 from app.engine.drafters.registry import DRAFTER_NAMES, HEAD_FAMILIES
-from app.engine.settings import NO_DRAFTER
+from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, `PROG: error: MESSAGE (see --help)`, with exit status 2."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class HelpWithDefaults(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default, unless the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.default is argparse.SUPPRESS or action.default is None
+                or "default" in text or "required" in text):
+            return text
+        if action.nargs == 0:  # a switch
+            return f"{text} (default: {'on' if action.default else 'off'})"
+        return f"{text} (default: %(default)s)"
+
+
+def _whole_number(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} (got {value})")
+        return value
+    parse.__name__ = "whole number"  # argparse names the type in its messages
+    return parse
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
     group.add_argument("--target", help="hub id or folder of the target model (default: the bundled demo family)")
-    group.add_argument("--draft-model", help="hub id or folder of a draft model sharing the target's tokenizer")
+    group.add_argument("--draft-model", help="hub id or folder of a draft model sharing the target's tokenizer "
+                                             "(default: the demo draft model with the demo target, else none)")
     group.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps")
-    group.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
-    group.add_argument("--device-map", choices=["auto"], help="spread a large target over devices (accelerate)")
-    group.add_argument("--heads", help=f"folder of trained heads ({', '.join(HEAD_FAMILIES)}) for this target; "
-                                       "the demo target's heads load by themselves")
+    group.add_argument("--dtype", default="auto", help="auto (bfloat16 or float16 on a GPU, float32 on the CPU), "
+                                                       "float32, float16 or bfloat16")
+    group.add_argument("--device-map", choices=["auto"],
+                       help="spread a large target over devices (accelerate) (default: one device)")
+    group.add_argument("--heads", help=f"folder of trained heads ({', '.join(HEAD_FAMILIES)}) for this target "
+                                       "(default: none; the demo target's heads load by themselves)")
 
 
 def _add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -36,48 +75,60 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--drafter", action="append", choices=DRAFTER_CHOICES,
                        help="drafter; repeat to form a fallback chain in the order given (default: draft-model "
                             "when one is loaded, else prompt-lookup)")
-    group.add_argument("--verify", choices=["greedy", "sample", "asd"], default="greedy")
-    group.add_argument("--k", type=int, default=4, help="draft tokens per pass")
+    group.add_argument("--verify", choices=["greedy", "sample", "asd"], default="greedy",
+                       help="verification rule: greedy (exact), sample (lossless sampling) or asd (approximate)")
+    group.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
     group.add_argument("--adaptive-k", action="store_true", help="+2 after a fully accepted block, -1 otherwise")
-    group.add_argument("--temperature", type=float, default=1.0)
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--asd-budget", type=float, default=8.0, help="ASD request budget B")
-    group.add_argument("--asd-gate", type=float, default=0.25, help="ASD gate g")
-    group.add_argument("--asd-cap", type=int, default=2, help="ASD block cap M")
-    group.add_argument("--exit-layer", type=int, help="layer skip: run the first E layers")
-    group.add_argument("--max-new-tokens", type=int, default=128)
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (sample rule)")
+    group.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens, 0 = off (sample rule)")
+    group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (sample rule)")
+    group.add_argument("--asd-budget", type=float, default=8.0, help="ASD request budget B, >= 0")
+    group.add_argument("--asd-gate", type=float, default=0.25, help="ASD gate g, >= 0")
+    group.add_argument("--asd-cap", type=int, default=2, help="ASD block cap M, >= 0")
+    group.add_argument("--exit-layer", type=int,
+                       help="layer skip: run the first E layers (default: the model's recommended exit)")
+    group.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
+    group.add_argument("--seed", type=int, default=0, help="random seed of the sample rule, >= 0")
     group.add_argument("--chat-template", action="store_true", help="wrap the prompt in the tokenizer's chat template")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spec-playground", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> CommandLineParser:
+    parser = CommandLineParser(prog="spec-playground", description=__doc__, formatter_class=HelpWithDefaults)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command")
-    gui = commands.add_parser("gui", help="open the window (the default)")
+    gui = commands.add_parser("gui", help="open the window (the default)", formatter_class=HelpWithDefaults)
     _add_model_options(gui)
-    run = commands.add_parser("run", help="generate headless; print the text or JSON lines")
-    run.add_argument("--prompt", required=True)
+    run = commands.add_parser("run", help="generate headless; print the text or JSON lines",
+                              formatter_class=HelpWithDefaults)
+    run.add_argument("--prompt", required=True, help="the text to continue (required)")
     run.add_argument("--jsonl", action="store_true", help="one JSON object per event on stdout")
     _add_model_options(run)
     _add_decode_options(run)
-    bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate")
-    bench.add_argument("--k", type=int, default=4)
-    bench.add_argument("--repeats", type=int, default=3, help="interleaved repeats after one warm-up")
+    bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate",
+                                formatter_class=HelpWithDefaults)
+    bench.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
+    bench.add_argument("--repeats", type=_whole_number(1),
+                       help="interleaved repeats after one warm-up (default: 3; 1 with --quick)")
+    bench.add_argument("--quick", action="store_true",
+                       help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
+                            "methods; rough figures, not a measurement")
     bench.add_argument("--prompts", help="JSON prompt set (default: the committed assets/bench/prompts.json)")
-    bench.add_argument("--only", action="append", help="run only these methods (besides ours:autoregressive)")
-    bench.add_argument("--json", dest="json_path", help="also write the results as JSON here")
+    bench.add_argument("--only", action="append",
+                       help="run only these methods besides ours:autoregressive; repeat for more (default: all)")
+    bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")
     bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    bench.add_argument("--threads", type=int, help="torch CPU threads")
+    bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
+    bench.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       help="a progress bar with the time left on stderr (default: when stderr is a terminal)")
     _add_model_options(bench)
-    shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG")
+    shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG",
+                               formatter_class=HelpWithDefaults)
     shot.add_argument("path")
     shot.add_argument("--prompt", help="default: the guide's fallback-chain example")
     shot.add_argument("--size", type=_window_size, default=(1500, 950), metavar="WxH",
                       help="window size in pixels (default: 1500x950)")
     _add_model_options(shot)
+    parser.commands = {"gui": gui, "run": run, "bench": bench, "screenshot": shot}
     return parser
 
 
@@ -91,27 +142,82 @@ def _window_size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def settings_from_args(args, summary):
+def settings_from_args(args, summary=None):
+    """The run's settings, validated by the settings dataclasses (SettingsError says what is allowed).
+
+    Without --drafter the chain depends on the loaded models: with `summary` None it is left empty, to be
+    filled by `with_default_drafters` once they are loaded.
+    """
     from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings
 
-    drafters = tuple(args.drafter) if args.drafter else (
-        ("draft-model",) if summary.draft_name is not None else ("prompt-lookup",))
-    return DecodeSettings(
-        drafters=drafters, k=args.k, adaptive_k=args.adaptive_k, verify=args.verify,
+    settings = DecodeSettings(
+        drafters=tuple(args.drafter or ()), k=args.k, adaptive_k=args.adaptive_k, verify=args.verify,
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p),
         asd=AsdSettings(args.asd_budget, args.asd_gate, args.asd_cap),
         options=DrafterOptions(layer_skip_exit=args.exit_layer),
         max_new_tokens=args.max_new_tokens, seed=args.seed,
     )
+    return settings if summary is None else with_default_drafters(settings, args, summary)
 
 
-def run_headless(args) -> int:
+def with_default_drafters(settings, args, summary):
+    """--drafter as given, else draft-model when one is loaded, else prompt-lookup."""
+    if args.drafter:
+        return settings
+    return settings.with_changes(drafters=("draft-model",) if summary.draft_name is not None else ("prompt-lookup",))
+
+
+def check_prompt(prompt: str) -> None:
+    if not prompt.strip():
+        raise SettingsError("the prompt is empty: give some text to continue with --prompt")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SettingsError(f"the prompt holds characters that are not valid Unicode at position {exc.start} "
+                            "(bytes in another encoding than the terminal's?)") from None
+
+
+def check_model_paths(args) -> None:
+    """Local folders that do not exist or hold no model (hub ids are left to the loader)."""
+    from app.engine.paths import heads_folder_problem, model_path_problem
+
+    for option, name in (("--target", args.target), ("--draft-model", args.draft_model)):
+        problem = name and model_path_problem(name)
+        if problem:
+            raise SettingsError(f"{option}: {problem}")
+    problem = args.heads and heads_folder_problem(args.heads)
+    if problem:
+        raise SettingsError(f"--heads: {problem}")
+
+
+def check_device(args) -> None:
+    """The device exists here and the dtype is known (imports torch, loads nothing)."""
+    from app.engine.errors import ModelLoadError
+    from app.engine.loading import resolve_device, resolve_dtype
+
+    try:
+        resolve_dtype(args.dtype, resolve_device(args.device))
+    except ModelLoadError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def run_headless(args, fail=None) -> int:
+    """Validate every argument, then load the models and generate. `fail(message)` reports an argument error
+    (the subcommand's parser.error: one line, exit status 2)."""
+    fail = fail or _fail
+    try:
+        settings = settings_from_args(args)
+        check_prompt(args.prompt)
+        check_model_paths(args)
+        check_device(args)
+    except SettingsError as exc:
+        fail(str(exc))
     from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
 
     engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
                                    device_map=args.device_map, heads=args.heads))
-    settings = settings_from_args(args, engine.summary)
+    settings = with_default_drafters(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
     for event in engine.generate(args.prompt, settings, chat_template=args.chat_template):
@@ -141,7 +247,26 @@ def _never_fail_on_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
-def run_bench(args) -> int:
+def _fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_bench(args, fail=None) -> int:
+    """Validate every argument and read the prompt set, then load the models and run the benchmark."""
+    from pathlib import Path
+
+    from app.engine.settings import DecodeSettings
+
+    fail = fail or _fail
+    try:
+        DecodeSettings(drafters=(), k=args.k)  # the rule K obeys in every run
+        if args.prompts and not Path(args.prompts).expanduser().is_file():
+            raise SettingsError(f"--prompts: no file {args.prompts!r}")
+        check_model_paths(args)
+        check_device(args)
+    except SettingsError as exc:
+        fail(str(exc))
     import platform
 
     import torch
@@ -149,22 +274,67 @@ def run_bench(args) -> int:
     from app.engine import bench
     from app.engine.loading import load_models
 
+    try:
+        prompts = bench.load_prompts(Path(args.prompts).expanduser()) if args.prompts else bench.load_prompts()
+    except (OSError, ValueError, TypeError) as exc:
+        fail(f"--prompts: {args.prompts!r} is not a prompt set ({exc}); see assets/bench/prompts.json for the format")
+    if not prompts:
+        fail(f"--prompts: {args.prompts!r} holds no prompt")
+    repeats = args.repeats or (1 if args.quick else 3)
+    only = set(args.only or ())
+    if args.quick:
+        prompts = bench.quick_prompts(prompts)
+        only = only or set(bench.QUICK_METHODS)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.progress is not False:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # our bar is the one to watch
     models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
-    prompts = bench.load_prompts(args.prompts) if args.prompts else bench.load_prompts()
-    results = bench.benchmark(models, prompts, k=args.k, repeats=args.repeats, only=set(args.only or ()),
-                              progress=lambda message: print(message, file=sys.stderr, flush=True))
+    with ProgressBar(args.progress) as (progress, step):
+        results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step)
+    if args.quick:
+        print(f"quick run (--quick): {len(prompts)} prompts cut to {bench.QUICK_MAX_NEW_TOKENS} new tokens, "
+              f"{repeats} repeat(s), {len(results)} methods; rough figures, run without --quick to measure")
     print(bench.markdown_table(results) if args.markdown else bench.plain_table(results))
     if args.json_path:
         demo = args.target is None
         meta = {"target": "bundled demo family" if demo else models.target_name,
                 "draft": "bundled demo family" if demo else models.draft_name, "device": str(models.device),
-                "dtype": str(models.dtype), "k": args.k, "repeats": args.repeats, "threads": torch.get_num_threads(),
+                "dtype": str(models.dtype), "k": args.k, "repeats": repeats, "quick": args.quick,
+                "prompts": [p.name for p in prompts], "threads": torch.get_num_threads(),
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
         with open(args.json_path, "w") as out:
             out.write(bench.to_json(results, meta))
     return 0
+
+
+class ProgressBar:
+    """A tqdm bar on stderr over the benchmark's generations, with the time left; `shown` None = only when
+    stderr is a terminal."""
+
+    def __init__(self, shown: bool | None) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=None, unit="run", file=sys.stderr, disable=None if shown is None else not shown,
+                        dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
+                                                       "[{elapsed}<{remaining}{postfix}]")
+
+    def __enter__(self):
+        return self.progress, self.step
+
+    def __exit__(self, *exc_info) -> None:
+        self.bar.close()
+
+    def progress(self, message: str) -> None:
+        self.bar.set_description_str(message, refresh=False)
+
+    def step(self, done: int, total: int, method: str) -> None:
+        if self.bar.total != total:
+            self.bar.total = total
+        self.bar.set_postfix_str(method, refresh=False)
+        self.bar.update(done - self.bar.n)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,15 +342,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["gui", *argv]
-    args = parser.parse_args(argv)
-    _never_fail_on_output()
+    args, unknown = parser.parse_known_args(argv)
     command = args.command or "gui"
+    if unknown:  # named by the subcommand's parser, whose --help lists what it takes
+        (parser.commands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    _never_fail_on_output()
     try:
         if command == "run":
-            return run_headless(args)
+            return run_headless(args, parser.commands["run"].error)
         if command == "bench":
-            return run_bench(args)
+            return run_bench(args, parser.commands["bench"].error)
         if command == "screenshot":
+            try:
+                check_model_paths(args)
+            except SettingsError as exc:
+                parser.commands["screenshot"].error(str(exc))
             from app.launch import render_screenshot
 
             render_screenshot(args.path, prompt=args.prompt, target=args.target, draft=args.draft_model,
@@ -192,7 +368,6 @@ def main(argv: list[str] | None = None) -> int:
                        device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))
     except Exception as exc:
         from app.engine.errors import EngineError
-        from app.engine.settings import SettingsError
 
         if isinstance(exc, EngineError | SettingsError):
             print(f"error: {exc}", file=sys.stderr)

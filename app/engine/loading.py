@@ -25,6 +25,7 @@ from app.engine.errors import (
     is_out_of_memory,
     release_memory,
 )
+from app.engine.paths import looks_like_path
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -141,18 +142,13 @@ def demo_manifest() -> dict:
     return json.loads(path.read_text())
 
 
-def _looks_like_path(name: str) -> bool:
-    """Hub ids look like `name` or `org/name`; anything else is meant as a folder."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or Path(name).expanduser().exists()
-
-
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
     if _is_damaged_weights(exc):
         return ModelLoadError(
             f"the weights of {name!r} are damaged or incomplete ({_first_line(exc)}): the file was probably cut off "
             "while downloading or copying. Copy or download it again (for a hub model: delete it from the cache with "
             "`hf cache delete`, then load it again).")
-    if _looks_like_path(name):
+    if looks_like_path(name):
         if not Path(name).expanduser().exists():
             return ModelLoadError(f"model folder {name!r} does not exist. Check the path.")
         return ModelLoadError(
@@ -191,7 +187,7 @@ def fetch_from_hub(name: str, report=None) -> str:
     """A local folder for `name`: a folder as it is, a hub id's files in the local cache (downloading what is
     missing, with `report(fraction, message)` as the bytes arrive). A repo without safetensors weights is
     returned as the id, so that from_pretrained fetches its other weight format itself."""
-    if _looks_like_path(name):
+    if looks_like_path(name):
         return name
     from huggingface_hub import snapshot_download
 

@@ -115,7 +115,8 @@ def test_cli_bad_input_prints_one_line_and_fails(tiny_llama, tmp_path):
         result = cli(*args)
         assert result.returncode != 0, args
         lines = [line for line in result.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith("error:"), (args, result.stderr)
+        assert len(lines) == 1 and lines[0].startswith("spec-playground run: error:"), (args, result.stderr)
+        assert lines[0].endswith("(see --help)") and result.returncode == 2, lines
 
 
 def test_cli_jsonl_schema(tiny_llama):

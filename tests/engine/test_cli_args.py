@@ -1,0 +1,147 @@
+"""The command line checks every argument and path before it loads anything, and says what is wrong in one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app import cli
+
+ONE_LINE_ERROR = re.compile(r"^spec-playground (run|bench|screenshot): error: .+ \(see --help\)$")
+
+
+@pytest.fixture
+def loader_forbidden(monkeypatch):
+    """Any attempt to load models fails the test."""
+    from app.engine import loading
+    from app.engine.engine import LocalEngine
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the models were loaded before the arguments were checked")
+
+    monkeypatch.setattr(loading, "load_models", refuse)
+    monkeypatch.setattr(LocalEngine, "load", classmethod(refuse))
+
+
+def bad_paths(tmp_path):
+    (tmp_path / "weights.bin").write_text("not a folder")
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "no-heads").mkdir()
+    (tmp_path / "bad.json").write_text("{not json")
+    return {
+        "missing": str(tmp_path / "missing"), "file": str(tmp_path / "weights.bin"),
+        "no-config": str(tmp_path / "no-config"), "no-heads": str(tmp_path / "no-heads"),
+        "bad-json": str(tmp_path / "bad.json"),
+    }
+
+
+RUN_CASES = {
+    "k 0": ["--k", "0"],
+    "k too large": ["--k", "65"],
+    "k not a number": ["--k", "two"],
+    "negative temperature": ["--verify", "sample", "--temperature", "-1"],
+    "zero temperature": ["--temperature", "0"],
+    "top-p above 1": ["--top-p", "2"],
+    "top-p 0": ["--top-p", "0"],
+    "negative top-k": ["--top-k", "-1"],
+    "no new tokens": ["--max-new-tokens", "0"],
+    "negative seed": ["--seed", "-1"],
+    "negative ASD budget": ["--asd-budget", "-1"],
+    "negative ASD cap": ["--asd-cap", "-1"],
+    "exit layer 0": ["--exit-layer", "0"],
+    "unknown rule": ["--verify", "beam"],
+    "drafter twice": ["--drafter", "prompt-lookup", "--drafter", "prompt-lookup"],
+    "unknown option": ["--bogus"],
+    "unknown device": ["--device", "bogus"],
+    "unknown dtype": ["--dtype", "float8"],
+    "missing target folder": ["--target", "{missing}"],
+    "target is a file": ["--target", "{file}"],
+    "target folder without a model": ["--target", "{no-config}"],
+    "missing draft folder": ["--draft-model", "{missing}"],
+    "missing heads folder": ["--heads", "{missing}"],
+    "heads folder without heads": ["--heads", "{no-heads}"],
+}
+
+
+def expand(args, paths):
+    return [arg.format(**paths) if arg.startswith("{") else arg for arg in args]
+
+
+def fails_in_one_line(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2, argv
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and ONE_LINE_ERROR.match(lines[0]), (argv, lines)
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_run_rejects_a_bad_argument_before_loading(loader_forbidden, capsys, tmp_path, case):
+    fails_in_one_line(capsys, ["run", "--prompt", "def f():", *expand(RUN_CASES[case], bad_paths(tmp_path))])
+
+
+@pytest.mark.parametrize("prompt", ["", "  \n\t", "bad \udcff byte"])
+def test_run_rejects_an_empty_or_broken_prompt_before_loading(loader_forbidden, capsys, prompt):
+    line = fails_in_one_line(capsys, ["run", "--prompt", prompt])
+    assert "empty" in line or "not valid Unicode" in line
+
+
+def test_run_without_a_prompt(loader_forbidden, capsys):
+    assert "--prompt" in fails_in_one_line(capsys, ["run", "--k", "3"])
+
+
+BENCH_CASES = {
+    "k 0": ["--k", "0"],
+    "no repeats": ["--repeats", "0"],
+    "no threads": ["--threads", "0"],
+    "missing prompt set": ["--prompts", "{missing}"],
+    "prompt set not JSON": ["--prompts", "{bad-json}"],
+    "missing target folder": ["--target", "{missing}"],
+    "missing heads folder": ["--heads", "{missing}"],
+}
+
+
+@pytest.mark.parametrize("case", list(BENCH_CASES))
+def test_bench_rejects_a_bad_argument_before_loading(loader_forbidden, capsys, tmp_path, case):
+    fails_in_one_line(capsys, ["bench", *expand(BENCH_CASES[case], bad_paths(tmp_path))])
+
+
+def test_screenshot_rejects_a_missing_folder_before_opening_anything(capsys, tmp_path):
+    fails_in_one_line(capsys, ["screenshot", str(tmp_path / "shot.png"), "--target", str(tmp_path / "missing")])
+
+
+@pytest.mark.parametrize("target", [None, "some-org/some-model", "bare-name"])
+def test_good_arguments_and_hub_ids_reach_the_loader(loader_forbidden, target):
+    """The other side: valid arguments (a hub id included) are not refused, they go on to load."""
+    argv = ["run", "--prompt", "def f():", "--k", "3", "--verify", "sample", "--top-p", "0.9"]
+    with pytest.raises(AssertionError, match="loaded"):
+        cli.main(argv + (["--target", target] if target else []))
+
+
+def help_entries(command: str) -> dict[str, str]:
+    """Each option of `command --help` with its help text, continuation lines joined."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in cli.build_parser().commands[command].format_help().splitlines():
+        if line.startswith("  -"):
+            current = line.split()[0].rstrip(",")
+            entries[current] = line
+        elif current and line.startswith("    "):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_every_option_says_its_default(command):
+    entries = help_entries(command)
+    options = [a for a in cli.build_parser().commands[command]._actions if a.option_strings]  # noqa: SLF001
+    assert len(entries) == len(options) >= 10
+    for option, text in entries.items():
+        if option in ("-h", "--help"):
+            continue
+        assert "default" in text or "(required)" in text, text
+    assert "(default: 4)" in entries["--k"]
