@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from PySide6.QtCore import Qt, QThread, Signal
 
 from app.engine.engine import EngineFactory
+from app.engine.errors import EngineError
 from app.engine.events import EndEvent, RunningStats
-from app.engine.settings import GenerationControl, LiveSettings
+from app.engine.settings import GenerationControl, LiveSettings, SettingsError
 
 # An engine stream: Engine.generate or Engine.race, called as (prompt, live, control, chat_template=...).
 Stream = Callable[..., Iterator]
@@ -109,8 +110,8 @@ class GenerationThread(QThread):
             for event in events:
                 ended = isinstance(event, EndEvent)
                 self._publish(event)
-        except Exception as error:  # any failure must reach the window, not kill the thread
-            log.exception("generation failed outside the engine's own error handling")
+        except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
+            _log_failure(error)
             if not ended:
                 self._publish(error_end_event(error, started))
         finally:
@@ -123,6 +124,15 @@ class GenerationThread(QThread):
         if timeout_ms is None:
             return self.wait()
         return self.wait(timeout_ms)
+
+
+def _log_failure(error: Exception) -> None:
+    """A typed error (a bad prompt, an option the models lack) is the user's to read in the window: one line
+    in the log, no traceback. Anything else is a bug: its traceback goes to the log."""
+    if isinstance(error, EngineError | SettingsError):
+        log.info("generation refused: %s: %s", type(error).__name__, error)
+    else:
+        log.exception("generation failed outside the engine's own error handling")
 
 
 class LoadCancelled(Exception):
@@ -185,8 +195,6 @@ class ModelLoadThread(QThread):
 
 
 def _load_error_message(error: BaseException) -> str:
-    from app.engine.errors import EngineError
-
     if isinstance(error, EngineError):
         return str(error)
     return f"{type(error).__name__}: {error}"

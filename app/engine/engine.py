@@ -42,13 +42,15 @@ class ModelsSummary:
     num_layers: int
     default_exit_layer: int
     context_length: int
+    has_chat_template: bool = False  # the target tokenizer can wrap a prompt as a chat turn
 
     @classmethod
     def of(cls, models: LoadedModels) -> ModelsSummary:
         return cls(target_name=models.target_name, draft_name=models.draft_name, device=str(models.device),
                    dtype=str(models.dtype).removeprefix("torch."), available_drafters=tuple(models.available_drafters),
                    num_layers=int(models.num_layers), default_exit_layer=int(models.default_exit_layer),
-                   context_length=int(models.context_length))
+                   context_length=int(models.context_length),
+                   has_chat_template=bool(getattr(models.tokenizer, "chat_template", None)))
 
 
 class Engine(Protocol):

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
     QHBoxLayout,
+    QLabel,
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
@@ -17,6 +18,9 @@ from PySide6.QtWidgets import (
 from app.widgets.fields import spin_box
 
 MAX_TOKENS_LIMIT = 100_000
+CHAT_TEMPLATE_TIP = "Wrap the prompt in the tokenizer's chat template (instruction-tuned models)"
+NO_CHAT_TEMPLATE_TIP = ("The loaded models have no chat template (they are not chat models): "
+                        "the prompt is continued as it is")
 
 
 class ControlsPanel(QWidget):
@@ -44,7 +48,11 @@ class ControlsPanel(QWidget):
         self.max_tokens = spin_box(1, MAX_TOKENS_LIMIT, 128, "max new tokens")
         self.seed = spin_box(0, 2**31 - 1, 0, "seed of the sampler")
         self.chat_template = QCheckBox("Apply the chat template")
-        self.chat_template.setToolTip("Wrap the prompt in the tokenizer's chat template (instruction-tuned models)")
+        self.chat_template.setToolTip(CHAT_TEMPLATE_TIP)
+        self.model_hint = QLabel()
+        self.model_hint.setObjectName("modelHint")
+        self.model_hint.setWordWrap(True)
+        self.model_hint.hide()
         self._layout()
         self._connect()
         self.set_running(False)
@@ -59,6 +67,7 @@ class ControlsPanel(QWidget):
         form.addRow(self.chat_template)
         column = QVBoxLayout(self)
         column.addWidget(self.prompt, 1)
+        column.addWidget(self.model_hint)
         column.addLayout(buttons)
         column.addLayout(form)
 
@@ -96,6 +105,19 @@ class ControlsPanel(QWidget):
         self.pause_button.setChecked(paused)
         self.pause_button.setText("Resume" if paused else "Pause")
         self.pause_button.blockSignals(False)
+
+    def offer_chat_template(self, available: bool) -> None:
+        """Enable the chat template option only for models that have one; otherwise say why it is off."""
+        if not available:
+            self.chat_template.setChecked(False)
+        self.chat_template.setEnabled(available)
+        self.chat_template.setToolTip(CHAT_TEMPLATE_TIP if available else NO_CHAT_TEMPLATE_TIP)
+
+    def set_model_hint(self, hint: str, placeholder: str) -> None:
+        """What the loaded models are good at, under the prompt and as the empty prompt's placeholder."""
+        self.model_hint.setText(hint)
+        self.model_hint.setVisible(bool(hint))
+        self.prompt.setPlaceholderText(placeholder)
 
     @property
     def prompt_text(self) -> str:
