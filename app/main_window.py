@@ -41,7 +41,7 @@ from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, Save
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
-from app.widgets.guide import GuidePanel, ReadyPrompt
+from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
 from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
@@ -62,6 +62,13 @@ EXPORTS = {
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
+BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
+                "and write no stories or chat.")
+BUNDLED_PLACEHOLDER = ("Python code or a sentence of its documentation, e.g. def fibonacci(n): — "
+                       "then press Ctrl+Enter. The bundled models write no stories.")
+DEFAULT_PLACEHOLDER = "Type a prompt, then press Ctrl+Enter"
+FIRST_PROMPT = next(r.prompt for r in READY_PROMPTS if r.prompt.startswith("for i in range"))  # code they know
+QUEUED_MESSAGE = "The models are loading (progress in the status bar): your run starts as soon as they are ready."
 
 
 class MainWindow(QMainWindow):
@@ -80,6 +87,7 @@ class MainWindow(QMainWindow):
         self.session = Session(self)
         self.runs = RunController(EngineProcess if engine_process else LocalEngine.load, self)
         self._inspect_from: int | None = None  # a Step was asked: inspect the first pass at or after this row
+        self._queued_run: bool | None = None  # Generate was pressed while loading: start (paused?) once loaded
         self._dialog: ModelDialog | None = None
         self._build_widgets()
         self.settings_model = SettingsModel(self.drafters, self.controls, self)
@@ -223,7 +231,7 @@ class MainWindow(QMainWindow):
         self.runs.sig_race_finished.connect(self._on_race_finished)
         self.runs.sig_loaded.connect(self.set_engine)
         self.runs.sig_load_failed.connect(self._on_load_failed)
-        self.runs.sig_load_progress.connect(self.status.showMessage)
+        self.runs.sig_load_progress.connect(self.status.show_load_progress)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
 
@@ -236,10 +244,33 @@ class MainWindow(QMainWindow):
         if request is not None:
             self.model_request = dict(request)
         self.settings_model.offer_models(engine.summary)
+        self.controls.offer_chat_template(engine.summary.has_chat_template)
+        self._describe_models()
+        self.status.end_load_progress()
         self.status.show_models(engine.summary)
+        self.hide_message()  # whatever was said before (loading, a failed run) is over
         self.status.showMessage("Models loaded", 4000)
         self.inspector.set_token_text(engine.token_text)
         self.sig_models_changed.emit(engine.summary)
+        self._start_queued_run()
+
+    @property
+    def bundled_models(self) -> bool:
+        """The bundled demo family is loaded (what the hints and the first prompt are written for)."""
+        return self.summary is not None and self.model_request.get("target") is None
+
+    def _describe_models(self) -> None:
+        """Say what the loaded models can do; give a newcomer a first prompt they handle well."""
+        bundled = self.bundled_models
+        self.controls.set_model_hint(BUNDLED_HINT if bundled else "",
+                                     BUNDLED_PLACEHOLDER if bundled else DEFAULT_PLACEHOLDER)
+        if bundled and not self.controls.prompt_text.strip():
+            self.controls.prompt.setPlainText(FIRST_PROMPT)
+
+    def _start_queued_run(self) -> None:
+        paused, self._queued_run = self._queued_run, None
+        if paused is not None:
+            self.start_generation(paused)
 
     def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
@@ -253,6 +284,8 @@ class MainWindow(QMainWindow):
         return self.runs.is_loading
 
     def _on_load_failed(self, message: str) -> None:
+        self._queued_run = None
+        self.status.end_load_progress()
         kept = f" Still using {self.summary.target_name}." if self.summary is not None else ""
         self.show_message(f"Could not load the models: {message}{kept}", error=True)
 
@@ -291,6 +324,10 @@ class MainWindow(QMainWindow):
             if self.is_racing:
                 self.show_message("A race is running: wait for it or stop it first.", error=True)
             return None
+        if self.is_loading:
+            self.show_message("The models are still loading (progress in the status bar): "
+                              "start once they are ready.")
+            return None
         if self.engine is None:
             self.show_message("No models are loaded yet: use File → Load models…", error=True)
             return None
@@ -312,10 +349,15 @@ class MainWindow(QMainWindow):
     def start_generation(self, paused: bool | None = None) -> bool:
         """Start a run with the current prompt and settings; False (with a message) if it cannot.
 
-        `paused=None` follows Step mode: the run then waits before its first pass.
+        `paused=None` follows Step mode: the run then waits before its first pass. While models load, the run
+        is queued (False now) and starts once they are ready.
         """
         if paused is None:
             paused = self.step_mode_action.isChecked()
+        if self.is_loading and not self.is_busy:
+            self._queued_run = paused
+            self.show_message(QUEUED_MESSAGE)
+            return False
         if self._ready_to_run() is None:
             return False
         self.hide_message()

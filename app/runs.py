@@ -24,14 +24,15 @@ class RunController(QObject):
     sig_race_finished = Signal()  # the race thread has ended and was joined
     sig_loaded = Signal(object, object)  # (Engine, the request dict it was loaded from); never after shutdown
     sig_load_failed = Signal(str)  # never after shutdown
-    sig_load_progress = Signal(str)
+    sig_load_progress = Signal(str, int, int)  # (message, done, total); total 0 = busy, size unknown
 
     def __init__(self, factory: EngineFactory, parent=None) -> None:
         super().__init__(parent)
         self.factory = factory
         self._generation: GenerationThread | None = None
         self._race: GenerationThread | None = None  # runs an engine race: both lanes in one thread
-        self._loader: ModelLoadThread | None = None
+        self._loader: ModelLoadThread | None = None  # the load whose outcome has not arrived yet
+        self._ending: set[ModelLoadThread] = set()  # loads that have delivered their outcome, threads not joined
         self._closing = False  # once set, results of loads still in flight are discarded
         self._min_pass_interval = 0.0  # slow motion of generations (seconds between passes; 0 = full speed)
 
@@ -119,29 +120,38 @@ class RunController(QObject):
         """
         if self._loader is not None:
             return None
-        self._loader = ModelLoadThread(self.factory, request)
-        self._loader.sig_loaded.connect(lambda engine: self._on_loaded(engine, request))
-        self._loader.sig_failed.connect(self._on_load_failed)
-        self._loader.sig_progress.connect(lambda message, *_: self.sig_load_progress.emit(message))
-        self._loader.finished.connect(self._reap_loader)
+        loader = self._loader = ModelLoadThread(self.factory, request)
+        loader.sig_loaded.connect(lambda engine: self._on_loaded(loader, engine, request))
+        loader.sig_failed.connect(lambda message: self._on_load_failed(loader, message))
+        loader.sig_progress.connect(self.sig_load_progress)
+        loader.finished.connect(lambda: self._reap_loader(loader))
         if watch is not None:
-            watch(self._loader)
-        self._loader.start()
-        return self._loader
+            watch(loader)
+        loader.start()
+        return loader
 
-    def _on_loaded(self, engine: Engine, request: dict) -> None:
+    def _on_loaded(self, loader: ModelLoadThread, engine: Engine, request: dict) -> None:
+        self._release(loader)
         if not self._closing:
             self.sig_loaded.emit(engine, dict(request))
 
-    def _on_load_failed(self, message: str) -> None:
+    def _on_load_failed(self, loader: ModelLoadThread, message: str) -> None:
+        self._release(loader)
         if not self._closing:
             self.sig_load_failed.emit(message)
 
-    def _reap_loader(self) -> None:
-        if self._loader is not None:
-            self._loader.wait()
-            self._loader.deleteLater()
+    def _release(self, loader: ModelLoadThread) -> None:
+        """The load's outcome is out: no longer loading (a run may start), though its thread may still be ending."""
+        if self._loader is loader:
             self._loader = None
+            self._ending.add(loader)
+
+    def _reap_loader(self, loader: ModelLoadThread) -> None:
+        self._release(loader)
+        if loader in self._ending:  # not reaped yet
+            self._ending.discard(loader)
+            loader.wait()
+            loader.deleteLater()
 
     # --- shutdown --------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -152,8 +162,9 @@ class RunController(QObject):
         if self._race is not None:
             self._race.stop_and_join()
             self._on_race_finished()
+        self._closing = True  # whatever a load still delivers is discarded
         if self._loader is not None:
-            self._closing = True  # whatever the load still delivers is discarded
             self._loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
-            self._loader.wait()
-            self._reap_loader()
+            self._reap_loader(self._loader)
+        for loader in list(self._ending):
+            self._reap_loader(loader)

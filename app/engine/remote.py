@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
+CLOSE_GRACE_S = 0.1  # how long a closing engine may take to end by itself before it is terminated
 DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
 _TYPED_ERRORS = {cls.__name__: cls for cls in (
     SettingsError, errors.ModelLoadError, errors.IncompatibleTokenizerError,
@@ -76,7 +77,7 @@ class EngineProcess:
         try:
             self.summary: ModelsSummary = self._await_load(progress or (lambda fraction, message: None), cancelled)
         except BaseException:
-            self.close(timeout_s=0.5)  # a failed child is on its way out; a cancelled one need not finish
+            self.close()  # a failed child is on its way out; a cancelled one need not finish
             raise
 
     @property
@@ -102,8 +103,11 @@ class EngineProcess:
         """As `Race.generate`, with both lanes in the child."""
         return self._run("race", prompt, live, control, chat_template)
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """End the child (asking first, then terminating); safe to call twice."""
+    def close(self, timeout_s: float = CLOSE_GRACE_S) -> None:
+        """End the child (asking first, then terminating); safe to call twice.
+
+        The child keeps nothing worth saving, so its grace is short: an interpreter that has imported torch
+        takes seconds to tear itself down, a terminated one ends at once (and frees all its memory)."""
         if self._process.is_alive():
             try:
                 self._conn.send(("close",))

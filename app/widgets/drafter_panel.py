@@ -9,7 +9,7 @@ of raising. `apply` and `set_available` emit nothing: their caller pushes.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -65,6 +65,7 @@ class DrafterPanel(QWidget):
         self.chain.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
         self.chain.setDefaultDropAction(Qt.DropAction.MoveAction)
         self.chain.setToolTip("Checked drafters form a fallback chain: the first that proposes wins. Drag to reorder.")
+        self.chain.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # every row shows, whole
         self.chain.itemChanged.connect(self._edited)
         self.chain.model().rowsMoved.connect(self._edited)
         self.exit_layer = QSpinBox()
@@ -77,6 +78,7 @@ class DrafterPanel(QWidget):
         column = QVBoxLayout(self.chain_box)
         column.addWidget(self.chain)
         column.addLayout(form)
+        self._fit_rows()
 
     def _build_k(self) -> None:
         self.k_spin = QSpinBox()
@@ -136,11 +138,24 @@ class DrafterPanel(QWidget):
             if name not in available:
                 self._add_item(name, False, enabled=False)
         self.chain.blockSignals(False)
+        self._fit_rows()
         self.exit_layer.blockSignals(True)
         self.exit_layer.setRange(1, max(1, num_layers - 1))
         self.exit_layer.setValue(min(max(1, default_exit), max(1, num_layers - 1)))
         self.exit_layer.blockSignals(False)
         self._sync_enabled()  # quiet: whoever offers new models pushes the settings once
+
+    def _fit_rows(self) -> None:
+        """The list exactly as tall as its rows: none is cut in half (the panel scrolls, not the list)."""
+        count = self.chain.count()
+        rows = (sum(self.chain.sizeHintForRow(i) for i in range(count)) if count  # before any models: room for all
+                else len(DRAFTER_LABELS) * (self.chain.fontMetrics().height() + 2))
+        self.chain.setFixedHeight(rows + 2 * self.chain.frameWidth())
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the Classroom layout: taller rows
+            self._fit_rows()
 
     def _add_item(self, name: str, checked: bool, enabled: bool) -> None:
         item = QListWidgetItem(DRAFTER_LABELS.get(name, name))

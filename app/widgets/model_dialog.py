@@ -58,6 +58,8 @@ class ModelDialog(QDialog):
         self.target.setPlaceholderText("hub id (org/name) or local folder")
         self.draft = QLineEdit()
         self.draft.setPlaceholderText("optional: drafter hub id or folder (same tokenizer)")
+        for edit in (self.target, self.draft):
+            edit.textEdited.connect(self._typed)  # typing a model of one's own is choosing "Custom"
         self.device = _combo(DEVICES)
         self.dtype = _combo(DTYPES)
         form = QFormLayout()
@@ -95,8 +97,12 @@ class ModelDialog(QDialog):
             self.target.setText(target or "")
             self.draft.setText(draft or "")
             self.target.setPlaceholderText("bundled demo family" if target is None else "")
-        self.target.setReadOnly(not custom)
-        self.draft.setReadOnly(not custom)
+
+    def _typed(self) -> None:
+        """The user typed a target or drafter: it is a custom choice now, with what the fields hold."""
+        custom = len(PRESETS) - 1
+        if self.preset.currentIndex() != custom:
+            self.preset.setCurrentIndex(custom)  # a custom preset leaves the fields' text as it is
 
     def set_request(self, request: dict) -> None:
         target, draft = request.get("target"), request.get("draft")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QLabel, QStatusBar
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.engine.engine import ModelsSummary
 
@@ -22,8 +22,29 @@ class RunStatusBar(QStatusBar):
         self.speed_label.setObjectName("tokensPerSecond")
         self.alpha_label = QLabel("")
         self.passes_label = QLabel("")
-        for label in (self.models_label, self.device_label, self.speed_label, self.alpha_label, self.passes_label):
-            self.addPermanentWidget(label)
+        self.load_label = QLabel("")
+        self.load_label.setObjectName("loadProgressText")
+        self.load_bar = QProgressBar()
+        self.load_bar.setObjectName("loadProgress")
+        self.load_bar.setFixedWidth(160)
+        self.load_bar.setMaximumHeight(16)
+        for widget in (self.load_label, self.load_bar, self.models_label, self.device_label, self.speed_label,
+                       self.alpha_label, self.passes_label):
+            self.addPermanentWidget(widget)
+        self.end_load_progress()
+
+    def show_load_progress(self, message: str, done: int, total: int) -> None:
+        """A load's step and how far it is (total 0: busy, size unknown)."""
+        self.load_label.setText(_load_step(message))
+        self.load_label.setToolTip(message)
+        self.load_bar.setRange(0, max(total, 0))
+        self.load_bar.setValue(done)
+        self.load_label.show()
+        self.load_bar.show()
+
+    def end_load_progress(self) -> None:
+        self.load_label.hide()
+        self.load_bar.hide()
 
     def show_models(self, models: ModelsSummary | None) -> None:
         if models is None:
@@ -52,6 +73,14 @@ def short_model_name(name: str) -> str:
     if not (name.startswith((".", "/", "~")) or path.is_absolute() or path.exists()):
         return name
     return "/".join(path.resolve().parts[-2:])
+
+
+def _load_step(message: str) -> str:
+    """'loading /long/path/demo/target' -> 'Loading demo/target': the step, short enough for the status bar."""
+    head, _, last = message.rpartition(" ")
+    if head and "/" in last:
+        message = f"{head} {short_model_name(last)}"
+    return message[:1].upper() + message[1:]
 
 
 def _short(value) -> str:
