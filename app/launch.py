@@ -65,12 +65,12 @@ def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str
     app = qt_application(argv)
     window = MainWindow()
     HistoryOutOfCollector(window.session)
-    window.show()
     request = dict(window.model_request)
     if target is not None:
         request.update(target=target, draft=draft)
     request.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
-    window.load_models_async(request)
+    window.load_models_async(request)  # first: the engine process starts while the window lays out and paints
+    window.show()
     code = app.exec()
     window.deleteLater()  # before the QApplication goes away, so teardown order is Qt's
     return code
