@@ -61,6 +61,7 @@ def test_generate_without_prompt_or_models_explains_why(qtbot, make_window):
     assert not window.start_generation()
     assert "models" in window.banner.text()
     window.set_engine(FakeEngine())
+    window.controls.prompt.clear()  # the bundled family's first prompt, cleared
     assert not window.start_generation()  # empty prompt
     assert "prompt" in window.banner.text()
 
