@@ -216,6 +216,7 @@ class MainWindow(QMainWindow):
         self.controls.sig_step.connect(self.step)
         self.token_view.sig_pass_selected.connect(self.sig_pass_selected)
         self.sig_pass_selected.connect(self.inspector.show_pass)
+        self.inspector.sig_pass_shown.connect(self.token_view.highlight_pass)  # previous / next move the highlight
         self.sig_pass_selected.connect(lambda _index: (self.inspector_dock.show(), self.inspector_dock.raise_()))
         self.session.sig_refresh.connect(self._inspect_stepped_pass)  # after the token view has drawn the pass
         self.race_view.sig_start_requested.connect(self.start_race)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QTextCharFormat
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -185,6 +185,8 @@ class AcceptStrip(QWidget):
 
 
 class PassInspector(QWidget):
+    sig_pass_shown = Signal(int)  # index of the pass now shown (a click, a step, or previous / next)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._session = None
@@ -316,6 +318,7 @@ class PassInspector(QWidget):
         self.paragraph.setText(explain_pass(event, self._text_of))
         self.table.selectRow(self._default_row(inspection))
         self._update_navigation()
+        self.sig_pass_shown.emit(event.index)
 
     def _text_of(self, token_id: int) -> str:
         try:

@@ -261,6 +261,15 @@ class TokenView(QPlainTextEdit):
         self._highlight_pass(row)
         self.sig_pass_selected.emit(self._session.passes[row].index)
 
+    def highlight_pass(self, index: int) -> None:
+        """Highlight the tokens of the pass with this index, announcing nothing (the inspector moved to it)."""
+        if self._session is None:
+            return
+        row = next((r for r, event in enumerate(self._session.passes) if event.index == index), None)
+        if row is not None and row != self._selected_row:
+            self._selected_row = row
+            self._highlight_pass(row)
+
     def _highlight_pass(self, row: int) -> None:
         indices = self._pass_token_range(row)
         if not indices:

@@ -195,3 +195,28 @@ def test_clicking_a_token_raises_the_inspector(qtbot, fake_window):
     window.token_view.select_pass(2)  # what a click on one of that pass's tokens does
     qtbot.waitUntil(lambda: on_screen(window.inspector))
     assert window.inspector.inspection.event.index == window.session.passes[2].index
+
+
+def test_previous_and_next_move_the_highlight_in_the_text(qtbot, fake_window):
+    from PySide6.QtCore import Qt
+
+    from tests.widgets.helpers import run_to_end
+
+    window = fake_window
+    window.controls.prompt.setPlainText("hello")
+    window.controls.max_tokens.setValue(30)
+    run_to_end(qtbot, window)
+
+    def highlighted_pass():
+        (selection,) = window.token_view.extraSelections()
+        start = selection.cursor.selectionStart()
+        token = next(i for i in range(window.token_view.token_count) if window.token_view.token_start(i) == start)
+        return window.token_view.token_info(token)[0].index
+
+    window.token_view.select_pass(2)  # a click on a token of pass 2
+    assert highlighted_pass() == window.session.passes[2].index
+    qtbot.mouseClick(window.inspector.next_button, Qt.MouseButton.LeftButton)
+    assert window.inspector.inspection.event.index == highlighted_pass() == window.session.passes[3].index
+    qtbot.mouseClick(window.inspector.previous_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.inspector.previous_button, Qt.MouseButton.LeftButton)
+    assert highlighted_pass() == window.session.passes[1].index
