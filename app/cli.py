@@ -317,7 +317,8 @@ class ProgressBar:
     def __init__(self, shown: bool | None) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=None, unit="run", file=sys.stderr, disable=None if shown is None else not shown,
+        self.bar = tqdm(total=None, desc="bench", unit="run", file=sys.stderr,
+                        disable=None if shown is None else not shown,
                         dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
                                                        "[{elapsed}<{remaining}{postfix}]")
 
@@ -328,7 +329,7 @@ class ProgressBar:
         self.bar.close()
 
     def progress(self, message: str) -> None:
-        self.bar.set_description_str(message, refresh=False)
+        self.bar.set_description_str(message)
 
     def step(self, done: int, total: int, method: str) -> None:
         if self.bar.total != total:

@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
 PROMPT = "def add(a, b):\n    return a + b\n\ndef"
 DRAFTERS = ("prompt-lookup", "draft-model")
 HEARTBEAT_MS = 5
+WARM_UP_TOKENS = 64
 LONG_CONTEXT = 16_384
 
 
@@ -160,9 +161,10 @@ def open_window(engine, scratch: Path):
     return app, window
 
 
-def generate_in_window(window, settings, prompt: str = PROMPT):
-    """One generation through the window's own controls; returns the session's EndEvent."""
-    from PySide6.QtCore import QEventLoop
+def generate_in_window(window, settings, prompt: str = PROMPT, bar=None):
+    """One generation through the window's own controls; returns the session's EndEvent. `bar` (tqdm)
+    follows its tokens four times a second."""
+    from PySide6.QtCore import QEventLoop, QTimer
 
     window.controls.prompt.setPlainText(prompt)
     window.drafters.apply(settings)
@@ -170,23 +172,59 @@ def generate_in_window(window, settings, prompt: str = PROMPT):
     window.controls.seed.setValue(settings.seed)
     loop = QEventLoop()
     window.sig_run_finished.connect(loop.quit)
+    ticker = None
+    if bar is not None and not bar.disable:
+        ticker = QTimer()
+        ticker.setInterval(250)
+        ticker.timeout.connect(lambda start=bar.n: bar.update(max(0, start + window.session.token_count - bar.n)))
+        ticker.start()
+    started_at = bar.n if bar is not None else 0
     try:
         if not window.start_generation(paused=False):
             raise RuntimeError(f"the window did not start: {window.banner.text()}")
         loop.exec()
     finally:
         window.sig_run_finished.disconnect(loop.quit)
-    return window.session.end
+        if ticker is not None:
+            ticker.stop()
+    end = window.session.end
+    if bar is not None:
+        bar.update(max(0, started_at + len(end.token_ids) - bar.n))
+    return end
 
 
-def generate_headless(decoder, settings, prompt: str = PROMPT):
-    from app.engine.events import EndEvent
+def generate_headless(decoder, settings, prompt: str = PROMPT, bar=None):
+    from app.engine.events import EndEvent, PassEvent
 
-    end = None
+    end, started_at = None, bar.n if bar is not None else 0
     for event in decoder.generate(prompt, settings):
+        if bar is not None and isinstance(event, PassEvent):
+            bar.update(max(0, started_at + event.position - bar.n))
         end = event
     assert isinstance(end, EndEvent)
+    if bar is not None:
+        bar.update(max(0, started_at + len(end.token_ids) - bar.n))
     return end
+
+
+def planned_tokens(check: str, tokens: int | None, runs: int, run_tokens: int, repeats: int) -> int:
+    """Tokens the checks will generate, warm-ups included (every run reaches max new tokens with the tiny pair)."""
+    planned = 0
+    if check in ("long", "all"):
+        planned += WARM_UP_TOKENS + (tokens or 10_000)
+    if check in ("repeat", "all"):
+        planned += runs * run_tokens
+    if check in ("overhead", "all"):
+        planned += WARM_UP_TOKENS + 2 * repeats * (tokens or 5_000)
+    return planned
+
+
+def progress_bar(total: int, shown: bool | None = None):
+    """A tqdm bar over the soak's tokens with the time left, on stderr; `shown` None: only on a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="tok", desc="soak", file=sys.stderr, dynamic_ncols=True,
+                disable=None if shown is None else not shown)
 
 
 def tokens_per_s(end) -> float:
@@ -202,16 +240,16 @@ def settle(app, ms: int = 100) -> None:
 
 
 # --- the checks --------------------------------------------------------------------------------------------
-def soak_long(app, window, models, tokens: int) -> dict:
+def soak_long(app, window, models, tokens: int, bar=None) -> dict:
     """One long generation with live charts: memory growth, stalls, and what a redraw costs at the end."""
     settings = settings_for(models, tokens)
-    generate_in_window(window, settings_for(models, 64))  # warm-up: first-use allocations are not growth
+    generate_in_window(window, settings_for(models, WARM_UP_TOKENS), bar=bar)  # first-use allocations are not growth
     gc.collect()
     rss_before = rss_mb()
     beat = Heartbeat()
     beat.start()
     started, gui_cpu = time.perf_counter(), time.thread_time()
-    end = generate_in_window(window, settings)
+    end = generate_in_window(window, settings, bar=bar)
     wall_s, gui_cpu = time.perf_counter() - started, time.thread_time() - gui_cpu
     beat.stop()
     settle(app)
@@ -247,14 +285,14 @@ def redraw_costs(window) -> dict:
             "view_tokens": view.token_count}
 
 
-def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
+def soak_repeat(app, window, models, runs: int, tokens: int, bar=None) -> dict:
     """Consecutive generations in one window: nothing may pile up between runs."""
     from PySide6.QtCore import QObject
 
     settings = settings_for(models, tokens)
     samples = []
     for run in range(runs):
-        end = generate_in_window(window, settings.with_changes(seed=run))
+        end = generate_in_window(window, settings.with_changes(seed=run), bar=bar)
         if end.reason not in ("max_tokens", "eos"):
             raise RuntimeError(f"run {run} ended with {end.reason}: {end.error}")
         if run in (0, runs // 2, runs - 1):
@@ -275,17 +313,17 @@ def soak_repeat(app, window, models, runs: int, tokens: int) -> dict:
     }
 
 
-def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3) -> dict:
+def measure_overhead(app, window, models, decoder, tokens: int, repeats: int = 3, bar=None) -> dict:
     """Engine tokens/s in the window (heartbeat running) vs headless, interleaved; the longest stall."""
     settings = settings_for(models, tokens)
-    generate_headless(decoder, settings_for(models, 64))  # warm-up
+    generate_headless(decoder, settings_for(models, WARM_UP_TOKENS), bar=bar)  # warm-up
     headless, windowed, stalls, gui_cpu = [], [], [], []
     for _ in range(repeats):
-        headless.append(tokens_per_s(generate_headless(decoder, settings)))
+        headless.append(tokens_per_s(generate_headless(decoder, settings, bar=bar)))
         beat = Heartbeat()
         beat.start()
         cpu = time.thread_time()
-        windowed.append(tokens_per_s(generate_in_window(window, settings)))
+        windowed.append(tokens_per_s(generate_in_window(window, settings, bar=bar)))
         gui_cpu.append(round(time.thread_time() - cpu, 2))
         beat.stop()
         stalls.append(beat.summary())
@@ -320,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["process", "thread"], default="process",
                         help="the window's engine: its own process (as the app does) or a thread of the window's")
     parser.add_argument("--json", dest="json_path", help="also write the figures here")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                        help="a progress bar over the tokens with the time left, on stderr (default: when stderr "
+                             "is a terminal)")
     args = parser.parse_args(argv)
     if not args.visible:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -334,13 +375,18 @@ def main(argv: list[str] | None = None) -> int:
         engine = window_engine(request, models, decoder, args.engine, args.threads)
         app, window = open_window(engine, Path(scratch))
         figures["target"], figures["engine"] = models.target_name, args.engine
+        bar = progress_bar(planned_tokens(args.check, args.tokens, args.runs, args.run_tokens, args.repeats),
+                           args.progress)
         if args.check in ("long", "all"):
-            figures["long"] = report("long", soak_long(app, window, models, args.tokens or 10_000))
+            figures["long"] = report("long", soak_long(app, window, models, args.tokens or 10_000, bar=bar), bar)
         if args.check in ("repeat", "all"):
-            figures["repeat"] = report("repeat", soak_repeat(app, window, models, args.runs, args.run_tokens))
+            figures["repeat"] = report("repeat", soak_repeat(app, window, models, args.runs, args.run_tokens,
+                                                             bar=bar), bar)
         if args.check in ("overhead", "all"):
             figures["overhead"] = report("overhead", measure_overhead(app, window, models, decoder,
-                                                                      args.tokens or 5_000, args.repeats))
+                                                                      args.tokens or 5_000, args.repeats, bar=bar),
+                                         bar)
+        bar.close()
         window.shutdown()
         window.close()
     if args.json_path:
@@ -348,10 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(name: str, figures: dict) -> dict:
-    print(f"== {name}", flush=True)
-    for key, value in figures.items():
-        print(f"  {key}: {value}", flush=True)
+def report(name: str, figures: dict, bar=None) -> dict:
+    """Print one check's figures on stdout (above the progress bar, when there is one)."""
+    lines = [f"== {name}", *(f"  {key}: {value}" for key, value in figures.items())]
+    if bar is not None:
+        bar.clear()
+    print("\n".join(lines), flush=True)
+    if bar is not None:
+        bar.refresh()
     return figures
 
 

@@ -24,7 +24,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -37,6 +37,12 @@ from app.engine.stats import GenerationStats, predicted_speedup_of_passes
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
+Step = Callable[[int, int, str], None]  # (generations done, generations in all, method just run)
+
+# --quick: a first look in about a minute, not a measurement to quote.
+QUICK_PROMPTS = 2  # the first code and the first prose prompt
+QUICK_MAX_NEW_TOKENS = 32
+QUICK_METHODS = frozenset({OURS_AR, "hf:autoregressive", "ours:prompt-lookup", "ours:draft-model", "hf:assisted"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,17 @@ class MethodResult:
 
 def load_prompts(path: Path = PROMPTS_FILE) -> list[BenchPrompt]:
     return [BenchPrompt(**entry) for entry in json.loads(Path(path).read_text())]
+
+
+def quick_prompts(prompts: list[BenchPrompt], count: int = QUICK_PROMPTS,
+                  max_new_tokens: int = QUICK_MAX_NEW_TOKENS) -> list[BenchPrompt]:
+    """A few prompts, one of each kind first, each cut to `max_new_tokens`: the prompt set of --quick."""
+    firsts: list[BenchPrompt] = []
+    for prompt in prompts:
+        if all(prompt.kind != first.kind for first in firsts):
+            firsts.append(prompt)
+    chosen = (firsts + [p for p in prompts if p not in firsts])[:count]
+    return [replace(p, max_new_tokens=min(p.max_new_tokens, max_new_tokens)) for p in chosen]
 
 
 # ---- methods ------------------------------------------------------------------------------------
@@ -142,15 +159,31 @@ def _reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def count_steps(methods: int, prompts: int, repeats: int) -> int:
+    """Generations of one benchmark: a warm-up per method, then every method on every prompt in every repeat."""
+    return methods * (1 + prompts * repeats)
+
+
 def run_interleaved(table: dict[str, Callable], prompts: list[BenchPrompt], repeats: int, device: torch.device,
-                    progress: Callable[[str], None]) -> tuple[dict[str, list[list[Run]]], dict[str, float]]:
+                    progress: Callable[[str], None], step: Step | None = None,
+                    ) -> tuple[dict[str, list[list[Run]]], dict[str, float]]:
     """runs[method][repeat][prompt], after one warm-up run of every method on the first prompt.
 
     The innermost loop is over methods, so every method meets the same machine state within seconds.
+    `step(done, total, method)` is called after each generation (see `count_steps`).
     """
+    total, done = count_steps(len(table), len(prompts), repeats), 0
+
+    def advance(name: str) -> None:
+        nonlocal done
+        done += 1
+        if step is not None:
+            step(done, total, name)
+
     for name, generate in table.items():
         progress(f"warm-up {name}")
         generate(prompts[0])
+        advance(name)
     runs: dict[str, list[list[Run]]] = {name: [[] for _ in range(repeats)] for name in table}
     peaks = {name: 0.0 for name in table}
     for repeat in range(repeats):
@@ -160,6 +193,7 @@ def run_interleaved(table: dict[str, Callable], prompts: list[BenchPrompt], repe
                 _reset_peak(device)
                 runs[name][repeat].append(generate(prompt))
                 peaks[name] = max(peaks[name], _peak_memory_mb(device))
+                advance(name)
     return runs, peaks
 
 
@@ -194,10 +228,11 @@ def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
 
 def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repeats: int = 3,
               only: set[str] | None = None, progress: Callable[[str], None] = lambda message: None,
-              ) -> list[MethodResult]:
+              step: Step | None = None) -> list[MethodResult]:
+    """`progress(message)` names each stage; `step(done, total, method)` follows every generation."""
     decoder = SpeculativeDecoder(models)
     table = methods(models, decoder, k, only=only)
-    runs, peaks = run_interleaved(table, prompts, repeats, models.device, progress)
+    runs, peaks = run_interleaved(table, prompts, repeats, models.device, progress, step)
     baseline_ids = [r.token_ids for r in runs[OURS_AR][0]]
     results = [summarise(name, reps, baseline_ids, k) for name, reps in runs.items()]
     base = next(r.tokens_per_s for r in results if r.method == OURS_AR)

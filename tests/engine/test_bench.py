@@ -11,8 +11,12 @@ from app.engine.loading import load_models
 def test_benchmark_reports_every_method_and_identity(tiny_llama, tmp_path):
     models = load_models(*map(str, tiny_llama))
     prompts = [bench.BenchPrompt("code", "code", "def add(a, b):\n    return a + b\n\ndef add(", 16)]
-    seen = []
-    results = bench.benchmark(models, prompts, k=3, repeats=2, progress=seen.append)
+    seen, steps = [], []
+    results = bench.benchmark(models, prompts, k=3, repeats=2, progress=seen.append,
+                              step=lambda done, total, method: steps.append((done, total, method)))
+    total = bench.count_steps(len(results), len(prompts), 2)
+    assert [done for done, _, _ in steps] == list(range(1, total + 1)) and {t for _, t, _ in steps} == {total}
+    assert {method for _, _, method in steps} == {r.method for r in results}
     by_name = {r.method: r for r in results}
     assert {"ours:autoregressive", "hf:autoregressive", "ours:draft-model", "ours:prompt-lookup",
             "ours:ngram-cache", "ours:layer-skip", "hf:assisted", "hf:prompt-lookup"} <= set(by_name)
@@ -32,3 +36,36 @@ def test_committed_prompt_set_has_code_and_prose():
     prompts = bench.load_prompts()
     assert {p.kind for p in prompts} == {"code", "prose"}
     assert len({p.max_new_tokens for p in prompts}) > 1
+
+
+def test_quick_prompts_take_one_of_each_kind_and_fewer_tokens():
+    prompts = bench.quick_prompts(bench.load_prompts())
+    assert len(prompts) == bench.QUICK_PROMPTS and {p.kind for p in prompts} == {"code", "prose"}
+    assert all(p.max_new_tokens <= bench.QUICK_MAX_NEW_TOKENS for p in prompts)
+
+
+def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
+    from dataclasses import fields
+
+    from app import cli
+
+    out = tmp_path / "bench.json"
+    target, draft = map(str, tiny_llama)
+    assert cli.main(["bench", "--quick", "--target", target, "--draft-model", draft, "--k", "3", "--json", str(out),
+                     "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    assert "quick run" in printed.out and printed.err == ""  # no bar when asked for none
+    data = json.loads(out.read_text())
+    assert data["meta"]["quick"] is True and data["meta"]["repeats"] == 1
+    assert len(data["meta"]["prompts"]) == bench.QUICK_PROMPTS
+    by_name = {r["method"]: r for r in data["results"]}
+    assert set(by_name) == set(bench.QUICK_METHODS)
+    every_field = {f.name for f in fields(bench.MethodResult)}
+    for name, result in by_name.items():
+        assert set(result) == every_field, name
+        assert result["identical"] is True and result["tokens_per_s"] > 0 and result["speedup"] > 0, name
+        assert len(result["repeats_tokens_per_s"]) == 1 and result["peak_memory_mb"] > 0, name
+        if name.startswith("ours:") and name != bench.OURS_AR:
+            for figure in ("alpha", "acceptance_rate", "tokens_per_pass", "expected_tokens_per_pass", "c",
+                           "predicted", "efficiency", "overhead"):
+                assert result[figure] is not None, (name, figure)
