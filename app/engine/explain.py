@@ -212,13 +212,8 @@ def _ledger(event: PassEvent, asd: _AsdState) -> LedgerView:
 
 @dataclass(frozen=True)
 class ResidualBars:
-    """The residual chart of a sampled rejection: stored entries, the sampled token always among them.
-
-    `other` is the residual mass of every token not in `entries` (entries + other = 1). The event stores
-    the union of the top tokens of p_n, q_n and r; a sampled token outside it gets its own entry, with
-    p_n(x) from the appended token and r = max(0, p − q) / Z (Z = `residual_norm`) where q_n(x) is known
-    (one-hot q, or x in the stored top of q_n); otherwise q and r are NaN (not recorded).
-    """
+    """The residual chart of a sampled rejection: the stored entries (the sampled token always among them)
+    and `other`, the residual mass of every token not in `entries` (entries + other = 1)."""
 
     entries: tuple[ResidualEntry, ...]
     other: float
@@ -230,34 +225,8 @@ def residual_bars(event: PassEvent) -> ResidualBars | None:
     detail = event.detail
     if detail is None or not detail.residual:
         return None
-    entries, other = list(detail.residual), detail.residual_other
-    appended = event.appended
-    sampled = appended.id if appended is not None else None
-    if appended is not None and all(e.id != appended.id for e in entries):
-        extra = _sampled_entry(event, appended.id, appended.p)
-        entries.append(extra)
-        other = other if extra.r != extra.r else max(0.0, other - extra.r)  # NaN r: its mass stays in "other"
-    return ResidualBars(tuple(entries), other, sampled)
-
-
-def _sampled_entry(event: PassEvent, token_id: int, p: float) -> ResidualEntry:
-    n = next((i for i, t in enumerate(event.drafted) if t.outcome == REJECTED), 0)
-    q = _q_at(event, n, token_id)
-    norm = event.detail.residual_norm if event.detail is not None else None
-    r = max(0.0, p - q) / norm if q == q and norm else float("nan")
-    return ResidualEntry(token_id, p, q, r)
-
-
-def _q_at(event: PassEvent, n: int, token_id: int) -> float:
-    """q_n(token) when the event knows it: one-hot q, or a stored top entry; NaN otherwise."""
-    if n < len(event.drafted) and event.drafted[n].q is None:
-        return 1.0 if token_id == event.drafted[n].id else 0.0
-    rows = event.detail.q_top if event.detail is not None else ()
-    row = rows[n] if n < len(rows) else ()
-    known = {t.id: t.prob for t in row}
-    if token_id in known:
-        return known[token_id]
-    return 0.0 if any(t.prob == 0 for t in row) else float("nan")  # a top padded with zeros lists every q > 0
+    sampled = event.appended.id if event.appended is not None else None
+    return ResidualBars(detail.residual, detail.residual_other, sampled)
 
 
 # ---------------------------------------------------------------- plain language

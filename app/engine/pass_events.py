@@ -136,9 +136,10 @@ def top_rows(probs: Tensor) -> tuple[tuple[TokenProb, ...], ...]:
                  for row_i, row_v in zip(indices.tolist(), values.tolist(), strict=True))
 
 
-def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
-                    residual: Tensor) -> tuple[tuple[ResidualEntry, ...], float, float]:
-    """The rejected row for the inspector: p, q, r on the union of the top tokens of each.
+def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int, residual: Tensor,
+                    sampled: int) -> tuple[tuple[ResidualEntry, ...], float, float]:
+    """The rejected row for the inspector: p, q, r on the union of the top tokens of each and the token
+    sampled from r (drawn from anywhere in r, so it may lie outside every top).
 
     Returns the entries (largest r first), the residual mass outside them and
     sum_v max(0, p_v - q_v) before normalising. (V,) rows; one-hot q when q_row is None.
@@ -149,10 +150,11 @@ def residual_detail(p_row: Tensor, q_row: Tensor | None, x: int,
         q_row[x] = 1.0
     q_row = to_host_float64(q_row)  # (V,)
     k = min(INSPECT_TOP, p_row.numel())
-    ids = torch.cat([row.topk(k).indices for row in (p_row, q_row, residual)]).unique()  # (<= 3 INSPECT_TOP,)
+    tops = [row.topk(k).indices for row in (p_row, q_row, residual)]
+    ids = torch.cat([*tops, torch.tensor([sampled])]).unique()  # (<= 3 INSPECT_TOP + 1,)
     entries = [ResidualEntry(i, p, q, r) for i, p, q, r in
                zip(ids.tolist(), p_row[ids].tolist(), q_row[ids].tolist(), residual[ids].tolist(), strict=True)
-               if p or q or r]  # a warped (sparse) row pads its top with zeros: nothing to show there
+               if p or q or r or i == sampled]  # a warped (sparse) row pads its top with zeros
     entries.sort(key=lambda e: (-e.r, -e.p, e.id))
     other = max(0.0, float(residual.sum() - residual[ids].sum()))
     norm = float((p_row - q_row).clamp(min=0.0).sum())
@@ -172,7 +174,7 @@ def pass_detail(block: VerifiedBlock, commit: Commit, asd: AsdBlockStart | None)
         n = verdict.n_accepted
         q_row = None if block.q is None else block.q[n]
         residual, residual_other, residual_norm = residual_detail(block.p[n], q_row, block.draft_ids[n],
-                                                                  verdict.residual)
+                                                                  verdict.residual, commit.next_token)
     return PassDetail(
         p_top=top_rows(block.p), q_top=top_rows(block.q) if block.q is not None else (),
         asd_remaining=None if asd is None else asd.remaining,

@@ -552,9 +552,5 @@ def _residual_text(inspection: PassInspection, bars, text_of) -> str:
     z = "" if detail.residual_norm is None else f"; before normalising it summed to {detail.residual_norm:.4g}"
     sampled = bars.sampled
     token = "" if sampled is None else f"; the sampled token (outlined) is {token_label(text_of(sampled), sampled)}"
-    entry = next((e for e in bars.entries if e.id == sampled), None)
-    if entry is not None and math.isnan(entry.r):
-        token += (" (its q, hence its residual, was not recorded: it lies outside the stored top tokens, so its "
-                  "share stays in the others bar)")
     return (f"Residual at position {(n or 0) + 1}: zero wherever q ≥ p; shown tokens {shown:.4f} + other tokens "
             f"{bars.other:.4f} = {shown + bars.other:.4f}{z}{token}.")
