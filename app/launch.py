@@ -97,14 +97,14 @@ def render_screenshot(path: str, prompt: str | None = None, target: str | None =
         else:
             window.controls.prompt.setPlainText(prompt)
         window.controls.max_tokens.setValue(max_new_tokens)
-        _run_to_end(app, window)
+        run_to_end(app, window)
         window.grab().save(str(path))
         window.shutdown()
         window.close()
         window.deleteLater()
 
 
-def _run_to_end(app: QApplication, window: MainWindow) -> None:
+def run_to_end(app: QApplication, window: MainWindow) -> None:
     loop = QEventLoop()
     window.sig_run_finished.connect(loop.quit)
     if window.start_generation():
