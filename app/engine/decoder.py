@@ -25,7 +25,7 @@ from app.engine.detok import StreamDetokenizer
 from app.engine.drafters.base import Draft, Drafter
 from app.engine.drafters.registry import build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
-from app.engine.events import EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
+from app.engine.events import AsdSummary, EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.pass_events import (
     AsdBlockStart,
@@ -40,7 +40,15 @@ from app.engine.pass_events import (
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from app.engine.stats import GenerationStats
-from app.engine.verify import Verdict, asd_charge, verify_asd, verify_greedy, verify_sampling
+from app.engine.verify import (
+    Verdict,
+    asd_charge,
+    asd_reused,
+    asd_saved,
+    verify_asd,
+    verify_greedy,
+    verify_sampling,
+)
 
 TIMED_FORWARDS = 3  # one-token target forwards timed before the first draft of a request (t_T, §7.5)
 NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is one plain decoding step
@@ -59,6 +67,9 @@ class _Request:
     stats: GenerationStats = field(default_factory=GenerationStats)
     spent: float = 0.0  # ASD ledger s
     exceptions: int = 0
+    reused: int = 0  # ASD: matches kept after an exception (§5.6)
+    saved: int = 0  # ASD: drafts kept beyond strict greedy on the same logits (§5.6)
+    asd_budget: float | None = None  # B of the last ASD pass; None if no pass ran under ASD
     passes: int = 0
     failed_drafters: set[str] = field(default_factory=set)
     notices: list[NoticeEvent] = field(default_factory=list)
@@ -322,6 +333,9 @@ class SpeculativeDecoder:
         start = AsdBlockStart(remaining=settings.asd.budget - req.spent, settings=settings.asd)
         req.spent += asd_charge(verdict, kept)
         req.exceptions += sum(verdict.is_exception(i) for i in range(kept))
+        req.reused += asd_reused(verdict, kept)
+        req.saved += asd_saved(verdict, kept)
+        req.asd_budget = settings.asd.budget
         return start
 
     # ---- events -----------------------------------------------------------------------------
@@ -338,7 +352,9 @@ class SpeculativeDecoder:
         ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)
         return PassEvent(index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
                          appended=appended, ledger=ledger, timing=timing, position=req.generated,
-                         stats=req.stats.snapshot(), detail=detail, k_setting=req.k_setting)
+                         stats=req.stats.snapshot(), detail=detail, k_setting=req.k_setting,
+                         asd_reused=None if asd is None else asd_reused(block.verdict, commit.kept),
+                         asd_saved=None if asd is None else asd_saved(block.verdict, commit.kept))
 
     def _start_event(self, prompt: str, req: _Request, settings: DecodeSettings) -> StartEvent:
         m = self.models
@@ -353,4 +369,15 @@ class SpeculativeDecoder:
         return EndEvent(reason=reason, token_ids=tuple(generated), text=text, passes=req.passes,
                         elapsed_s=elapsed_s, stats=req.stats.snapshot(),
                         error=None if error is None else str(error),
-                        error_type=None if error is None else type(error).__name__)
+                        error_type=None if error is None else type(error).__name__, asd=self._asd_summary(req))
+
+    def _asd_summary(self, req: _Request) -> AsdSummary | None:
+        """What ASD bought over the request (§5.6): passes saved = passes * saved / (tokens - saved)."""
+        if req.asd_budget is None:
+            return None
+        tokens = req.stats.tokens
+        strict_tokens = tokens - req.saved  # what strict greedy would have committed in the same passes
+        passes_saved = req.passes * req.saved / strict_tokens if strict_tokens > 0 else 0.0
+        return AsdSummary(exceptions=req.exceptions, spent=req.spent, budget=req.asd_budget,
+                          remaining=req.asd_budget - req.spent, reused=req.reused, saved=req.saved,
+                          passes_saved=passes_saved)

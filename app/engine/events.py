@@ -146,6 +146,8 @@ class PassEvent:
     stats: RunningStats
     detail: PassDetail | None = None
     k_setting: int | None = None  # the K the run is set to (the control's value; adaptive K moves from it)
+    asd_reused: int | None = None  # ASD: matches kept after the first kept exception (§5.6); None outside ASD
+    asd_saved: int | None = None  # ASD: drafts kept beyond strict greedy on the same logits (§5.6); None outside
     type: str = "pass"
 
     @property
@@ -166,6 +168,24 @@ class NoticeEvent:
 
 
 @dataclass(frozen=True)
+class AsdSummary:
+    """What ASD bought and spent over one request (docs/ALGORITHMS.md §5.6).
+
+    `saved` = sum over passes of a' - a_strict (kept drafts beyond strict greedy on the same logits);
+    `passes_saved` = passes * saved / (tokens - saved): the passes strict greedy would have needed for the
+    request's tokens at the tokens per pass it would have had on the same passes, minus the passes taken.
+    """
+
+    exceptions: int  # accepted mismatches kept
+    spent: float  # regret spent, s
+    budget: float  # B (inf = unbounded)
+    remaining: float  # B - s (inf when B is unbounded)
+    reused: int  # matches kept after an exception: the realised-prefix suffix reuse
+    saved: int  # tokens kept beyond strict greedy on the same logits (= exceptions + reused)
+    passes_saved: float  # against strict greedy at its tokens per pass on the same passes
+
+
+@dataclass(frozen=True)
 class EndEvent:
     reason: EndReason
     token_ids: tuple[int, ...]
@@ -175,6 +195,7 @@ class EndEvent:
     stats: RunningStats
     error: str | None = None
     error_type: str | None = None
+    asd: AsdSummary | None = None  # ASD only: exceptions, regret, reuse and passes saved of the request
     type: str = "end"
 
 

@@ -58,13 +58,13 @@ class SamplingSettings:
 class AsdSettings:
     """Approximate Speculative Decoding knobs (docs/ALGORITHMS.md §5)."""
 
-    budget: float = 8.0  # B: regret the whole request may spend
+    budget: float = 8.0  # B: regret the whole request may spend; math.inf = unbounded (gate and cap still apply)
     gate: float = 0.25  # g: largest regret per unit of suffix value
     cap: int = 2  # M: most accepted mismatches in one block
 
     def __post_init__(self) -> None:
-        _require(_is_number(self.budget) and self.budget >= 0,
-                 f"ASD budget B must be a number >= 0 (got {self.budget!r})")
+        _require((_is_number(self.budget) or self.budget == math.inf) and self.budget >= 0,
+                 f"ASD budget B must be a number >= 0 or inf for unbounded (got {self.budget!r})")
         _require(_is_number(self.gate) and self.gate >= 0, f"ASD gate g must be a number >= 0 (got {self.gate!r})")
         _require(_is_int(self.cap) and self.cap >= 0, f"ASD block cap M must be a whole number >= 0 (got {self.cap!r})")
 

@@ -202,3 +202,36 @@ def asd_charge(verdict: Verdict, n_committed: int) -> float:
         return 0.0
     charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
     return float(charged.cumsum(dim=0)[n - 1])
+
+
+# ---------------------------------------------------------------- what ASD bought (§5.6)
+
+
+def strict_prefix_length(verdict: Verdict) -> int:
+    """a_strict: the accepted length strict greedy (§3) gives on the same logits, the leading run of matches."""
+    if verdict.mismatch is None:
+        raise ValueError("strict_prefix_length needs a verdict of verify_asd")
+    return _prefix_length(~verdict.mismatch)
+
+
+def asd_saved(verdict: Verdict, n_committed: int) -> int:
+    """Drafts ASD kept beyond strict greedy on the same logits: max(0, a' - a_strict) for the kept count a'.
+
+    ASD accepts every match strict greedy accepts, so a >= a_strict, and position a_strict (if kept) is the
+    first exception. saved = exceptions + reused within the kept prefix.
+    """
+    return max(0, min(n_committed, verdict.n_accepted) - strict_prefix_length(verdict))
+
+
+def asd_reused(verdict: Verdict, n_committed: int) -> int:
+    """Target-greedy drafts (matches) kept after the first kept exception: the realised-prefix suffix reuse.
+
+    Positions a_strict + 1 .. a' - 1 that are matches; 0 when no exception was kept.
+    """
+    mismatch = verdict.mismatch
+    if mismatch is None:
+        raise ValueError("asd_reused needs a verdict of verify_asd")
+    first, kept = strict_prefix_length(verdict), min(n_committed, verdict.n_accepted)
+    if kept <= first + 1:
+        return 0
+    return int((~mismatch[first + 1: kept]).sum())

@@ -8,7 +8,7 @@ import torch
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, TARGET, EndEvent, PassEvent, StartEvent
 from app.engine.loading import load_models
-from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SamplingSettings
+from app.engine.settings import AsdSettings, DecodeSettings, GenerationControl, LiveSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, run
 
 DRAFTER_SETS = [("draft-model",), ("prompt-lookup",), ("ngram-cache",), ("layer-skip",),
@@ -208,3 +208,32 @@ def test_adaptive_k_grows_after_full_acceptance_and_shrinks_after_a_rejection(ti
         expected = min(before.k + 2, 7) if before.n_accepted == len(before.drafted) else max(before.k - 1, 1)
         remaining = 60 - after.position - 1
         assert after.k == min(expected, remaining), (before.index, before.k, after.k)
+
+
+def test_asd_events_count_reuse_and_savings_and_b0_counts_none(decoder):
+    prompt = PROMPTS[0]
+    passes, end = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=48, verify="asd",
+                      asd=AsdSettings(500.0, 100.0, 4))  # generous: the tiny random models rarely agree
+    saved = reused = 0
+    for p in passes:
+        kept = [t for t in p.drafted if t.outcome in (ACCEPTED, ASD_EXCEPTION)]
+        strict = next((i for i, t in enumerate(p.drafted) if t.id != t.target_id), len(p.drafted))
+        first = next((i for i, t in enumerate(kept) if t.outcome == ASD_EXCEPTION), len(kept))
+        assert p.asd_saved == max(0, len(kept) - strict)
+        assert p.asd_reused == sum(t.outcome == ACCEPTED for t in kept[first + 1:])
+        saved, reused = saved + p.asd_saved, reused + p.asd_reused
+    summary = end.asd
+    assert summary is not None and summary.saved == saved and summary.reused == reused
+    assert summary.saved == summary.exceptions + summary.reused and summary.exceptions == passes[-1].ledger.exceptions
+    assert summary.spent == passes[-1].ledger.spent and summary.remaining == pytest.approx(500.0 - summary.spent)
+    strict_tokens = len(end.token_ids) - saved
+    assert summary.passes_saved == pytest.approx(len(passes) * saved / strict_tokens)
+    mismatched = any(t.id != t.target_id for p in passes for t in p.drafted)
+    assert summary.exceptions > 0 or not mismatched  # the generous knobs accept mismatches where there are any
+    # B = 0: strict greedy, nothing saved or reused; outside ASD the fields are absent.
+    passes, end = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=24, verify="asd",
+                      asd=AsdSettings(0.0, 5.0, 4))
+    assert all(p.asd_saved == 0 and p.asd_reused == 0 for p in passes)
+    assert (end.asd.exceptions, end.asd.saved, end.asd.reused, end.asd.passes_saved, end.asd.spent) == (0, 0, 0, 0, 0)
+    passes, end = run(decoder, prompt, drafters=("draft-model",), k=4, max_new_tokens=8)
+    assert end.asd is None and all(p.asd_saved is None and p.asd_reused is None for p in passes)

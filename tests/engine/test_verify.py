@@ -16,7 +16,10 @@ from app.engine.settings import SamplingSettings
 from app.engine.verify import (
     acceptance_probs,
     asd_charge,
+    asd_reused,
+    asd_saved,
     residual_probs,
+    strict_prefix_length,
     verify_asd,
     verify_greedy,
     verify_sampling,
@@ -517,3 +520,57 @@ def test_asd_with_a_zero_knob_is_strict_greedy(block, which):
     assert torch.equal(v.target_ids, ref.target_ids)
     assert asd_charge(v, v.n_accepted) == 0.0
 
+
+
+# ================================================================ ASD: what it bought (§5.6)
+
+
+def test_asd_reused_and_saved_on_hand_worked_logits():
+    # Every row's argmax is token 0 at 0.25, so each mismatch has regret 0.25; K = 6, g = 1, M = 2.
+    z = torch.zeros(7, 3)
+    z[:, 0] = 0.25
+    v = verify_asd(ids(0, 1, 0, 0, 2, 0), z, remaining=10.0, gate=1.0, cap=2)
+    # strict greedy stops at the mismatch at 1; ASD accepts both exceptions (1 and 4) and every match.
+    assert (strict_prefix_length(v), v.n_accepted) == (1, 6)
+    assert asd_saved(v, 6) == 5  # 6 kept - 1 strict
+    assert asd_reused(v, 6) == 3  # matches at 2, 3 and 5, after the first exception at 1
+    assert asd_saved(v, 6) == sum(v.is_exception(i) for i in range(6)) + asd_reused(v, 6)
+    # Clipped at a' kept drafts: only the kept prefix counts.
+    assert [asd_saved(v, n) for n in range(7)] == [0, 0, 1, 2, 3, 4, 5]
+    assert [asd_reused(v, n) for n in range(7)] == [0, 0, 0, 1, 2, 2, 3]
+
+
+def test_asd_an_exception_at_the_end_of_the_block_reuses_nothing():
+    z = torch.zeros(4, 3)
+    z[:, 0] = 0.1
+    v = verify_asd(ids(0, 0, 1), z, remaining=10.0, gate=1.0, cap=2)
+    assert (v.n_accepted, asd_saved(v, 3), asd_reused(v, 3)) == (3, 1, 0)
+
+
+@pytest.mark.parametrize("knob", ["B", "g", "M"])
+def test_asd_with_a_zero_knob_saves_and_reuses_nothing(knob):
+    z = torch.zeros(7, 3)
+    z[:, 0] = 0.25
+    rem, gate, cap = (0.0 if knob == "B" else 10.0), (0.0 if knob == "g" else 1.0), (0 if knob == "M" else 2)
+    v = verify_asd(ids(0, 1, 0, 0, 2, 0), z, rem, gate, cap)
+    assert v.n_accepted == strict_prefix_length(v) == 1
+    assert (asd_saved(v, 6), asd_reused(v, 6)) == (0, 0)
+
+
+def test_reuse_figures_need_an_asd_verdict():
+    v = verify_greedy(ids(0), one_hot_rows([0, 1], v=3))
+    with pytest.raises(ValueError, match="verify_asd"):
+        asd_saved(v, 1)
+    with pytest.raises(ValueError, match="verify_asd"):
+        asd_reused(v, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(block=asd_blocks())
+def test_asd_saved_is_exceptions_plus_reused(block):
+    x, z, rem, g, cap = block
+    v = verify_asd(x, z, rem, g, cap)
+    strict = verify_greedy(x, z).n_accepted
+    for kept in range(v.n_accepted + 1):
+        exceptions = sum(v.is_exception(i) for i in range(kept))
+        assert asd_saved(v, kept) == max(0, kept - strict) == exceptions + asd_reused(v, kept)
