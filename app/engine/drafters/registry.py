@@ -76,6 +76,8 @@ def _ngram_cache_config(models: Models, options: DrafterOptions) -> tuple:
 
 def layer_skip_layers(models: Models, options: DrafterOptions) -> tuple[int, ...]:
     total = models.num_layers
+    if total < 2:
+        raise SettingsError(_why_unavailable("layer-skip", models))
     if options.layer_skip_layers is not None:
         layers = options.layer_skip_layers
     else:
@@ -128,8 +130,24 @@ def drafter_config(name: str, models: Models, options: DrafterOptions) -> tuple:
     return () if entry is None else entry.fingerprint(models, options)
 
 
+def _why_unavailable(name: str, models: Models) -> str:
+    if name == "draft-model":
+        return "no draft model is loaded (give one with --draft)"
+    if name == "layer-skip":
+        model_type = getattr(models.target.config, "model_type", type(models.target).__name__)
+        if models.num_layers == 0:
+            return (f"layer skip needs the target's list of decoder layers, and this architecture ({model_type}) "
+                    "keeps them where layer skip does not look (model.layers, transformer.h, gpt_neox.layers, "
+                    "model.decoder.layers, transformer.layers)")
+        return f"layer skip needs a target with more than one decoder layer; this one ({model_type}) has one"
+    if name in HEAD_FAMILIES:
+        return "no trained head of this family is loaded for this target (give a heads folder with --heads)"
+    return "unknown drafter"
+
+
 def build_drafter(name: str, models: Models, options: DrafterOptions) -> Drafter:
     available = available_drafters(models)
     if name not in available:
-        raise SettingsError(f"unknown or unavailable drafter {name!r}; available: {', '.join(available)}, {NO_DRAFTER}")
+        raise SettingsError(f"drafter {name!r} cannot run here: {_why_unavailable(name, models)}; "
+                            f"available: {', '.join(available)}, {NO_DRAFTER}")
     return BY_NAME[name].build(models, options)
