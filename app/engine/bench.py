@@ -14,7 +14,9 @@ forward of one token; predicted = E(alpha, K) / (K c + 1) over the
 passes' actual draft lengths;
 efficiency = speedup / predicted; overhead = share of pass time spent outside
 the draft and verify forwards; identical = the ids equal our autoregressive
-greedy ids.
+greedy ids; the identity column says "identical", or where the first run that
+differs diverged and whether it was a numerical tie of the target's top two
+logits (half precision) or a real mismatch (app/engine/identity.py).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class MethodResult:
     overhead: float | None = None
     peak_memory_mb: float | None = None
     identical: bool | None = None
+    identity: str | None = None  # "identical" or "diverged at token i, a numerical tie (top-2 gap g)" / mismatch
     repeats_tokens_per_s: list[float] = field(default_factory=list)
 
 
@@ -235,6 +238,8 @@ def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repe
     runs, peaks = run_interleaved(table, prompts, repeats, models.device, progress, step)
     baseline_ids = [r.token_ids for r in runs[OURS_AR][0]]
     results = [summarise(name, reps, baseline_ids, k) for name, reps in runs.items()]
+    for result in results:
+        result.identity = describe_identity(models, decoder, prompts, runs[result.method], baseline_ids)
     base = next(r.tokens_per_s for r in results if r.method == OURS_AR)
     for result in results:
         result.speedup = result.tokens_per_s / base
@@ -244,6 +249,23 @@ def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repe
     return results
 
 
+def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts: list[BenchPrompt],
+                      repeats: list[list[Run]], baseline_ids: list[list[int]]) -> str:
+    """"identical", or the first differing run's divergence judged on the target's logits (a tie or a mismatch)."""
+    from app.engine.identity import classify, first_divergence, logits_at
+
+    for rep in repeats:
+        for prompt, run, reference in zip(prompts, rep, baseline_ids, strict=True):
+            index = first_divergence(reference, run.token_ids)
+            if index is None:
+                continue
+            logits = None
+            if index < min(len(reference), len(run.token_ids)):
+                logits = logits_at(models.target, decoder.encode_prompt(prompt.prompt) + reference[:index])
+            return f"{prompt.name}: {classify(reference, run.token_ids, logits, models.dtype)}"
+    return "identical"
+
+
 # ---- reporting ----------------------------------------------------------------------------------
 
 COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
@@ -251,7 +273,7 @@ COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), (
            ("tok/pass", "tokens_per_pass", "{:.2f}"), ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
            ("predicted", "predicted", "{:.2f}x"), ("efficiency", "efficiency", "{:.2f}"),
            ("overhead", "overhead", "{:.1%}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
-           ("identical", "identical", "{}")]
+           ("identical", "identity", "{}")]
 
 
 def _cell(result: MethodResult, attribute: str, fmt: str) -> str:

@@ -7,10 +7,13 @@ clock that counts only the time spent inside that lane's generator. The lane
 whose clock is behind always runs next, so both clocks advance together and
 a view can replay the two streams in real time with little lag.
 
-Under greedy (and under ASD with B = 0) the two texts must be identical;
-ASD with B > 0 changes the text on purpose, sampling draws differently, so
-the result reports where the token sequences first differ and their token
-edit distance.
+Under greedy (and under ASD with B = 0) the two texts must be identical in
+exact arithmetic; ASD with B > 0 changes the text on purpose, sampling draws
+differently, so the result reports where the token sequences first differ and
+their token edit distance. Where identity is promised, `identity` says
+"identical", or whether the first divergence was a numerical tie of the
+target's top two logits (half precision rounds one-token and K+1-token
+forwards differently) or a real mismatch (app/engine/identity.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.engine.events import EndEvent, Event, RunningStats
+from app.engine.identity import Identity
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 
 PLAIN = "plain"
@@ -63,6 +67,7 @@ class RaceResult:
     first_divergence: int | None  # first generated-token index where the two differ; None if identical
     edit_distance: int | None  # token-level Levenshtein distance; None if too long to compute
     type: str = "race_end"
+    identity: Identity | None = None  # where identity is promised: identical, a numerical tie or a real mismatch
 
     @property
     def identical(self) -> bool:
@@ -151,17 +156,32 @@ class Race:
 
         settings = live.get() if isinstance(live, LiveSettings) else live  # one set-up for the whole race
         control = control or GenerationControl()
+        plain = SpeculativeDecoder(self.models)
         lanes = [
-            _Lane(PLAIN, SpeculativeDecoder(self.models).generate(prompt, baseline_settings(settings), control,
-                                                                  chat_template)),
+            _Lane(PLAIN, plain.generate(prompt, baseline_settings(settings), control, chat_template)),
             _Lane(SPECULATIVE, SpeculativeDecoder(self.models).generate(prompt, settings, control, chat_template)),
         ]
-        return self._run(lanes, promises_identical(settings))
+        return self._run(lanes, promises_identical(settings), plain.encode_prompt(prompt, chat_template))
 
-    def _run(self, lanes: list[_Lane], must_match: bool) -> Iterator[RaceEvent | RaceResult]:
+    def _run(self, lanes: list[_Lane], must_match: bool,
+             prompt_ids: list[int] | None = None) -> Iterator[RaceEvent | RaceResult]:
         while any(lane.end is None for lane in lanes):
             behind = min((lane for lane in lanes if lane.end is None), key=lambda lane: lane.clock_s)
             yield behind.advance()
         plain, speculative = (lane.result() for lane in lanes)
+        identity = self._identity(plain, speculative, prompt_ids) if must_match else None
         yield RaceResult(plain, speculative, must_match, first_divergence(plain.token_ids, speculative.token_ids),
-                         token_edit_distance(plain.token_ids, speculative.token_ids))
+                         token_edit_distance(plain.token_ids, speculative.token_ids), identity=identity)
+
+    def _identity(self, plain: LaneResult, speculative: LaneResult, prompt_ids: list[int] | None) -> Identity | None:
+        """Identical, or the first divergence judged on the target's logits after the plain lane's context."""
+        from app.engine.identity import classify, logits_at
+
+        if plain.error or speculative.error:
+            return None
+        a, b = plain.token_ids, speculative.token_ids
+        index = first_divergence(a, b)
+        logits = None
+        if index is not None and index < min(len(a), len(b)) and prompt_ids is not None:
+            logits = logits_at(self.models.target, list(prompt_ids) + list(a[:index]))  # (V,) on the host
+        return classify(a, b, logits, self.models.dtype)

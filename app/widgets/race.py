@@ -375,6 +375,13 @@ def _agreement_text(result: RaceResult) -> str:
     where = (f"The texts first differ at generated token {result.first_divergence + 1} "
              f"(token edit distance {distance} over {total} tokens).")
     if result.must_match:
+        identity = result.identity
+        if identity is not None and identity.outcome == "tie":
+            return (where + f" This rule promises identical text in exact arithmetic; here they {identity}: the "
+                    "target's two best tokens were equal within the rounding of its dtype, and verifying K + 1 "
+                    "tokens at once rounds differently from one at a time.")
+        if identity is not None:
+            return where + f" This rule promises identical text; here they {identity}: worth reporting."
         return where + " They should be identical under this rule: floating-point ties can cause this."
     return where + " This rule does not promise identical text (ASD with B > 0 spends regret on purpose; " \
                    "sampling draws differently)."
