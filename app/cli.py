@@ -11,7 +11,9 @@ Options before any subcommand belong to `gui`: `python main.py --target FOLDER` 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from app import __version__
@@ -120,6 +122,21 @@ def build_parser() -> CommandLineParser:
     bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
     bench.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="a progress bar with the time left on stderr (default: when stderr is a terminal)")
+    asd = bench.add_argument_group("ASD sweep (--asd)")
+    asd.add_argument("--asd", action="store_true",
+                     help="sweep ASD's B, g and M for each drafter against strict greedy: speed and fidelity, "
+                          "the frontier, the defaults marked (--quick: B in 0,8,inf, g 0.25, M 2)")
+    asd.add_argument("--budgets", type=_number_list(float), help="B values, e.g. 0,8,inf "
+                     "(default: 0,1,2,4,8,16,32,inf)")
+    asd.add_argument("--gates", type=_number_list(float), help="g values (default: 0.1,0.25,0.5,1)")
+    asd.add_argument("--caps", type=_number_list(int), help="M values (default: 1,2,4)")
+    asd.add_argument("--asd-drafter", action="append", choices=DRAFTER_NAMES,
+                     help="drafter to sweep; repeat for more (default: draft-model, eagle, medusa, prompt-lookup, "
+                          "those available)")
+    asd.add_argument("--max-prompts", type=_whole_number(1), help="only the first N prompts (default: all)")
+    asd.add_argument("--max-new-tokens", type=_whole_number(1),
+                     help="cut every prompt to at most N new tokens (default: each prompt's own)")
+    asd.add_argument("--plot", help="also draw the frontier to this PNG (default: no picture)")
     _add_model_options(bench)
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG",
                                formatter_class=HelpWithDefaults)
@@ -130,6 +147,19 @@ def build_parser() -> CommandLineParser:
     _add_model_options(shot)
     parser.commands = {"gui": gui, "run": run, "bench": bench, "screenshot": shot}
     return parser
+
+
+def _number_list(kind):
+    def parse(text: str) -> list:
+        try:
+            values = [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+        if not values or any(v < 0 for v in values):
+            raise argparse.ArgumentTypeError(f"expected numbers >= 0 separated by commas, got {text!r}")
+        return values
+    parse.__name__ = f"list of {kind.__name__}"
+    return parse
 
 
 def _window_size(text: str) -> tuple[int, int]:
@@ -291,6 +321,8 @@ def run_bench(args, fail=None) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our bar is the one to watch
+    if args.asd:
+        return run_asd_sweep(args, prompts, fail)
     models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
     with ProgressBar(args.progress) as (progress, step):
         results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step)
@@ -307,6 +339,71 @@ def run_bench(args, fail=None) -> int:
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
         with open(args.json_path, "w") as out:
             out.write(bench.to_json(results, meta))
+    return 0
+
+
+def run_asd_sweep(args, prompts, fail) -> int:
+    """`bench --asd`: the sweep of app/engine/asd_sweep.py, its table, JSON and frontier picture."""
+    import platform
+    import time
+
+    import torch
+
+    from app.engine import asd_sweep, bench
+    from app.engine.loading import load_models
+    from app.engine.settings import AsdSettings
+
+    quick = args.quick
+    budgets = args.budgets or (asd_sweep.QUICK_BUDGETS if quick else asd_sweep.BUDGETS)
+    gates = args.gates or (asd_sweep.QUICK_GATES if quick else asd_sweep.GATES)
+    caps = args.caps or (asd_sweep.QUICK_CAPS if quick else asd_sweep.CAPS)
+    try:
+        for b in budgets:
+            AsdSettings(b, gates[0], caps[0])
+        points = asd_sweep.grid(budgets, gates, caps)
+    except SettingsError as exc:
+        fail(str(exc))
+    repeats = args.repeats or (1 if quick else 3)
+    if quick:
+        prompts = bench.quick_prompts(prompts)
+    if args.max_prompts:
+        prompts = prompts[: args.max_prompts]
+    if args.max_new_tokens:
+        prompts = bench.quick_prompts(prompts, len(prompts), args.max_new_tokens)
+    torch.set_num_threads(args.threads or 1)  # one thread: the sweep compares rules, not thread scaling
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
+    started = time.perf_counter()
+    with ProgressBar(args.progress) as (progress, step):
+        try:
+            result = asd_sweep.sweep(models, prompts, points, k=args.k, repeats=repeats, drafters=args.asd_drafter,
+                                     progress=progress, step=step)
+        except ValueError as exc:
+            fail(str(exc))
+    demo = args.target is None
+    result.meta = {"target": "bundled demo family" if demo else models.target_name,
+                   "draft": "bundled demo family" if demo else models.draft_name, "device": str(models.device),
+                   "dtype": str(models.dtype), "k": args.k, "repeats": repeats, "quick": quick,
+                   "budgets": [b if b != float("inf") else "inf" for b in budgets], "gates": list(gates),
+                   "caps": list(caps), "greedy_every": asd_sweep.GREEDY_EVERY,
+                   "prompts": [p.name for p in prompts], "max_new_tokens": [p.max_new_tokens for p in prompts],
+                   "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - started, 1),
+                   "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                   "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+    if quick:
+        print(f"quick run (--quick): {len(prompts)} prompts cut to {bench.QUICK_MAX_NEW_TOKENS} new tokens, "
+              f"{repeats} repeat(s), {len(points)} points; rough figures, run without --quick to measure")
+    for strict in result.strict:
+        print(f"strict greedy {strict.drafter}: {strict.tokens_per_s:.1f} tokens/s, "
+              f"{strict.tokens_per_pass:.2f} tokens/pass")
+    print(asd_sweep.table(result, markdown=args.markdown))
+    if args.json_path:
+        Path(args.json_path).write_text(asd_sweep.to_json(result))
+    if args.plot:
+        import json
+
+        from app.asd_plot import save_frontier_png
+
+        save_frontier_png(json.loads(asd_sweep.to_json(result)), args.plot)
     return 0
 
 

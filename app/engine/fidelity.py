@@ -17,6 +17,7 @@ float64 on the host (`app/engine/exact.py`).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 
 import torch
@@ -62,9 +63,14 @@ def mean_log_prob(model, prompt_ids: Sequence[int], ids: Sequence[int]) -> float
     return float(to_host_float64(picked).sum()) / t
 
 
-def complete_lines(text: str) -> str:
-    """`text` up to and including its last newline (a generation cut at the token limit ends mid-line)."""
-    return text[: text.rfind("\n") + 1]
+def complete_statements(text: str) -> str:
+    """`text` up to the start of its last top-level line (one that begins with neither a space nor a tab).
+
+    A generation cut at the token limit ends mid-statement, often mid-block; what precedes the start of
+    its last top-level statement is complete, so whether that parses is what the output got right.
+    """
+    starts = [m.start() for m in re.finditer(r"\n(?=[^\s])", text)]
+    return text[: starts[-1] + 1] if starts else ""
 
 
 def parses(source: str) -> bool:

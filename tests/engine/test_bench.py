@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.engine import bench
 from app.engine.loading import load_models
 
@@ -69,3 +71,48 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
             for figure in ("alpha", "acceptance_rate", "tokens_per_pass", "expected_tokens_per_pass", "c",
                            "predicted", "efficiency", "overhead"):
                 assert result[figure] is not None, (name, figure)
+
+
+def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_path, capsys):
+    import math
+    from dataclasses import fields
+
+    from app import cli
+    from app.engine import asd_sweep
+
+    out, png = tmp_path / "asd.json", tmp_path / "asd.png"
+    target, draft = map(str, tiny_llama)
+    assert cli.main(["bench", "--asd", "--target", target, "--draft-model", draft, "--k", "3", "--budgets", "0,8,inf",
+                     "--gates", "0.25,4", "--caps", "2", "--asd-drafter", "draft-model", "--asd-drafter",
+                     "prompt-lookup", "--max-prompts", "2", "--repeats", "1", "--json", str(out), "--plot", str(png),
+                     "--no-progress"]) == 0
+    assert "rel tok/s" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    points, strict = data["points"], data["strict"]
+    assert {p["drafter"] for p in points} == {s["drafter"] for s in strict} == {"draft-model", "prompt-lookup"}
+    assert len(points) == 2 * len(asd_sweep.grid((0.0, 8.0, math.inf), (0.25, 4.0), (2,))) == 2 * 5
+    assert all(set(p) == {f.name for f in fields(asd_sweep.PointResult)} for p in points)
+    assert all(set(s) == {f.name for f in fields(asd_sweep.StrictResult)} for s in strict)
+    for p in points:
+        assert p["relative_tokens_per_s"] > 0 and len(p["first_divergence"]) == len(data["meta"]["prompts"]) == 2
+        if p["budget"] == 0:  # strict greedy under the ASD rule: the same output, nothing spent or saved
+            assert (p["diverged"], p["edit_distance"], p["exceptions"], p["regret_spent"], p["reused"],
+                    p["passes_saved"], p["log_prob_delta"]) == (0, 0, 0, 0, 0, 0, 0)
+        assert (p["budget"] is None) == (p["budget_text"] == "inf")  # unbounded B is null in strict JSON
+        assert p["is_default"] == ((p["budget_text"], p["gate"], p["cap"]) == ("8", 0.25, 2))
+        assert p["saved"] == pytest.approx(p["exceptions"] + p["reused"])
+    assert any(p["is_default"] for p in points) and any(p["frontier"] for p in points)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_frontier_keeps_the_points_no_other_beats_on_both_axes():
+    from app.engine import asd_sweep
+
+    def point(speed, delta):
+        return asd_sweep.PointResult("d", 1.0, "1", 0.25, 2, False, speed, [speed], 1.0, 1.0, 1, 0.0, 0.0, 0.0, 0.0,
+                                     0.0, 0.0, [], 0, 0.0, None, delta, [], None)
+
+    points = [point(1.2, -0.1), point(1.1, -0.2), point(0.9, 0.1), point(1.3, -0.3), point(0.95, -0.01)]
+    asd_sweep.mark_frontier([], points)
+    # (1.1, -0.2) loses to (1.2, -0.1); (0.95, -0.01) to strict greedy at (1, 0)
+    assert [p.frontier for p in points] == [True, False, True, True, False]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from app.engine.fidelity import complete_lines, edit_distance, first_divergence, mean_log_prob, parses
+from app.engine.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
 
 
 def test_first_divergence():
@@ -68,6 +68,8 @@ def test_parses_and_complete_lines():
     assert not parses("def f(n):\n    return (n\n")
     assert not parses("def f(n):\n")  # a block without a body
     assert not parses("x = '\0'\0")
-    assert complete_lines("a = 1\nb = (") == "a = 1\n"
-    assert complete_lines("no newline") == ""
-    assert parses(complete_lines("def f(n):\n    return n\nprint(f("))
+    assert complete_statements("a = 1\nb = (") == "a = 1\n"
+    assert complete_statements("no newline") == ""
+    text = "def f(n):\n    return n\n\ndef g(n):\n    if n:\n        return ("
+    assert complete_statements(text) == "def f(n):\n    return n\n\n"  # cut before g, whose block is unfinished
+    assert parses(complete_statements(text)) and not parses(text)

@@ -1,0 +1,86 @@
+"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench --asd --plot`.
+
+Reads the JSON of `app/engine/asd_sweep.py` (a dict), so a committed sweep can be redrawn without rerunning it:
+
+    python -m app.asd_plot docs/asd-frontier.json docs/asd-frontier.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+COLOURS = {"draft-model": (31, 119, 180), "eagle": (214, 39, 40), "medusa": (44, 160, 44),
+           "prompt-lookup": (148, 103, 189)}
+OTHER = (127, 127, 127)
+
+
+def _application():
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    return QApplication.instance() or QApplication([])
+
+
+def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: int = 700) -> None:
+    """Every point faint, each drafter's frontier as a line, the defaults (B = 8, g = 0.25, M = 2) as stars,
+    strict greedy at (1, 0) as a cross."""
+    _application()
+    import pyqtgraph as pg
+    import pyqtgraph.exporters  # registers ImageExporter
+
+    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    widget = pg.PlotWidget()
+    widget.resize(width, height)
+    plot = widget.getPlotItem()
+    plot.setTitle("ASD: speed against fidelity, each drafter against its own strict greedy")
+    plot.setLabel("bottom", "tokens/s relative to strict greedy (median of repeats)")
+    plot.setLabel("left", "Δ mean log-probability of the output vs greedy's (target)")
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    legend = plot.addLegend(offset=(10, 10))
+    points = data["points"]
+    for drafter in dict.fromkeys(p["drafter"] for p in points):
+        colour = COLOURS.get(drafter, OTHER)
+        mine = [p for p in points if p["drafter"] == drafter and p["log_prob_delta"] is not None]
+        plot.addItem(pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in mine],
+                                        [p["log_prob_delta"] for p in mine], size=6, pen=None,
+                                        brush=pg.mkBrush(*colour, 70)))
+        front = sorted((p for p in mine if p["frontier"]), key=lambda p: p["relative_tokens_per_s"])
+        line = [(1.0, 0.0)] + [(p["relative_tokens_per_s"], p["log_prob_delta"]) for p in front]
+        line.sort()
+        plot.plot([x for x, _ in line], [y for _, y in line], pen=pg.mkPen(colour, width=2), symbol="o",
+                  symbolSize=8, symbolBrush=pg.mkBrush(*colour), symbolPen=None, name=f"{drafter} frontier")
+        for p in front:
+            label = pg.TextItem(f"B={p['budget_text']} g={p['gate']:g} M={p['cap']}", color=colour,
+                                anchor=(0, 1))
+            label.setPos(p["relative_tokens_per_s"], p["log_prob_delta"])
+            plot.addItem(label)
+        defaults = [p for p in mine if p["is_default"]]
+        if defaults:
+            plot.addItem(pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in defaults],
+                                            [p["log_prob_delta"] for p in defaults], symbol="star", size=18,
+                                            pen=pg.mkPen("k"), brush=pg.mkBrush(*colour)))
+    greedy = pg.ScatterPlotItem([1.0], [0.0], symbol="x", size=16, pen=pg.mkPen("k", width=2), brush=pg.mkBrush("k"))
+    plot.addItem(greedy)
+    legend.addItem(greedy, "strict greedy (1, 0)")
+    star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen("k"), brush=pg.mkBrush("w"))
+    legend.addItem(star, "defaults B=8 g=0.25 M=2")
+    exporter = pg.exporters.ImageExporter(plot)
+    exporter.parameters()["width"] = width
+    exporter.export(str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m app.asd_plot SWEEP.json OUT.png", file=sys.stderr)
+        return 2
+    save_frontier_png(json.loads(Path(args[0]).read_text()), args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
