@@ -22,10 +22,8 @@ from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
-    QFrame,
     QLabel,
     QMainWindow,
-    QScrollArea,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -38,6 +36,7 @@ from app.runs import RunController
 from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
+from app.widgets import scrolled
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
@@ -134,7 +133,7 @@ class MainWindow(QMainWindow):
         push the window past a small screen (1024x700)."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name)  # saveState/restoreState key
-        dock.setWidget(_scrolled(widget) if scroll else widget)
+        dock.setWidget(scrolled(widget) if scroll else widget)
         self.addDockWidget(area, dock)
         return dock
 
@@ -594,14 +593,6 @@ class MainWindow(QMainWindow):
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
-
-
-def _scrolled(widget: QWidget) -> QScrollArea:
-    area = QScrollArea()
-    area.setWidgetResizable(True)
-    area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setWidget(widget)
-    return area
 
 
 def _describe_setup(settings: DecodeSettings) -> str:

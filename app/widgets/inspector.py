@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTableWidget,
@@ -44,6 +43,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.events import PassEvent, TokenProb
 from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
+from app.widgets import scrolled
 from app.widgets import token_style as ts
 
 VALUE_ROLE = Qt.ItemDataRole.UserRole
@@ -242,8 +242,8 @@ class PassInspector(QWidget):
         chart_column.setContentsMargins(0, 0, 0, 0)
         chart_column.addWidget(self.bars, 1)
         chart_column.addWidget(self.residual, 1)
-        splitter.addWidget(_scrolled(words))
-        splitter.addWidget(_scrolled(charts))
+        splitter.addWidget(scrolled(words))
+        splitter.addWidget(scrolled(charts))
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         splitter.setChildrenCollapsible(False)
@@ -496,14 +496,6 @@ class PassInspector(QWidget):
         self.ledger.setText(
             f"ASD ledger: {spent} (rem at block start {number_text(ledger.remaining_before)}) · "
             f"exceptions {ledger.exceptions_before} → {ledger.exceptions_after}{knobs}")
-
-
-def _scrolled(content: QWidget) -> QScrollArea:
-    scroll = QScrollArea()
-    scroll.setWidgetResizable(True)
-    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-    scroll.setWidget(content)
-    return scroll
 
 
 def _row(rows: tuple, index: int) -> tuple:

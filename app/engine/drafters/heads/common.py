@@ -77,6 +77,13 @@ def fused_layers(num_layers: int) -> tuple[int, ...]:
     return tuple(sorted({1, max(1, num_layers // 2), num_layers}))
 
 
+def fused_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
+    """Feature layers and default hyper-parameters of a drafter over fused features (EAGLE, DFlash):
+    low, middle and high layers; 64-wide attention heads."""
+    layers = fused_layers(target.num_layers)
+    return layers, {"heads": max(1, target.hidden_size // 64), "num_features": len(layers)}
+
+
 class TargetParts:
     """The target's embedding table and LM head, borrowed by a head (never copied or trained)."""
 

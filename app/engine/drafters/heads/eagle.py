@@ -29,21 +29,16 @@ from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
     HeadDrafter,
     TargetParts,
-    TargetShape,
     as_draft,
     fuse_input,
-    fused_layers,
+    fused_layout,
     has_features,
     pick,
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
 from app.engine.sampling import TokenSampler
 
-
-def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
-    """Feature layers and default hyper-parameters for a head on `target`: low, middle, high; 64-wide heads."""
-    layers = fused_layers(target.num_layers)
-    return layers, {"heads": max(1, target.hidden_size // 64), "num_features": len(layers)}
+default_layout = fused_layout
 
 
 class EagleHead(nn.Module):
