@@ -28,19 +28,23 @@ def _application():
 def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: int = 700) -> None:
     """Every point faint, each drafter's frontier as a line, the defaults (B = 8, g = 0.25, M = 2) as stars,
     strict greedy at (1, 0) as a cross."""
-    _application()
+    app = _application()
     import pyqtgraph as pg
     import pyqtgraph.exporters  # registers ImageExporter
+    from PySide6.QtGui import QFont
 
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
     widget = pg.PlotWidget()
     widget.resize(width, height)
     plot = widget.getPlotItem()
-    plot.setTitle("ASD: speed against fidelity, each drafter against its own strict greedy")
-    plot.setLabel("bottom", "tokens/s relative to strict greedy (median of repeats)")
-    plot.setLabel("left", "Δ mean log-probability of the output vs greedy's (target)")
+    plot.setTitle("ASD frontier: speed and fidelity against strict greedy with the same drafter")
+    plot.setLabel("bottom", "tokens/s relative to strict greedy")
+    plot.setLabel("left", "Δ mean log p per token vs greedy (nats)")
+    for axis in ("left", "bottom"):
+        plot.getAxis(axis).enableAutoSIPrefix(False)
+    plot.getViewBox().setDefaultPadding(0.08)
     plot.showGrid(x=True, y=True, alpha=0.25)
-    legend = plot.addLegend(offset=(10, 10))
+    legend = plot.addLegend(offset=(10, -10))  # bottom left, below the points of the fast, faithful corner
     points = data["points"]
     for drafter in dict.fromkeys(p["drafter"] for p in points):
         colour = COLOURS.get(drafter, OTHER)
@@ -49,13 +53,15 @@ def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: i
                                         [p["log_prob_delta"] for p in mine], size=6, pen=None,
                                         brush=pg.mkBrush(*colour, 70)))
         front = sorted((p for p in mine if p["frontier"]), key=lambda p: p["relative_tokens_per_s"])
-        line = [(1.0, 0.0)] + [(p["relative_tokens_per_s"], p["log_prob_delta"]) for p in front]
-        line.sort()
+        line = [(p["relative_tokens_per_s"], p["log_prob_delta"]) for p in front]
+        if not any(x >= 1.0 and y >= 0.0 for x, y in line):  # strict greedy itself is on the frontier
+            line = sorted([(1.0, 0.0), *line])
         plot.plot([x for x, _ in line], [y for _, y in line], pen=pg.mkPen(colour, width=2), symbol="o",
                   symbolSize=8, symbolBrush=pg.mkBrush(*colour), symbolPen=None, name=f"{drafter} frontier")
         for p in front:
             label = pg.TextItem(f"B={p['budget_text']} g={p['gate']:g} M={p['cap']}", color=colour,
                                 anchor=(0, 1))
+            label.setFont(QFont("", 8))
             label.setPos(p["relative_tokens_per_s"], p["log_prob_delta"])
             plot.addItem(label)
         defaults = [p for p in mine if p["is_default"]]
@@ -68,9 +74,12 @@ def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: i
     legend.addItem(greedy, "strict greedy (1, 0)")
     star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen("k"), brush=pg.mkBrush("w"))
     legend.addItem(star, "defaults B=8 g=0.25 M=2")
+    widget.show()  # laid out at its size (offscreen: nothing appears)
+    app.processEvents()
     exporter = pg.exporters.ImageExporter(plot)
     exporter.parameters()["width"] = width
     exporter.export(str(path))
+    widget.close()
 
 
 def main(argv: list[str] | None = None) -> int:
