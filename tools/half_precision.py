@@ -34,7 +34,8 @@ PROMPTS = (
 DRAFTERS = ("draft-model", "prompt-lookup", "layer-skip")
 
 
-def measure(dtype: str, tokens: int, k: int, archs: list[str]) -> dict:
+def measure(dtype: str, tokens: int, k: int, archs: list[str], device: str = "cpu",
+            prompts: tuple[str, ...] = PROMPTS) -> dict:
     import torch
 
     from app.engine.decoder import SpeculativeDecoder
@@ -50,12 +51,12 @@ def measure(dtype: str, tokens: int, k: int, archs: list[str]) -> dict:
             if available(arch):
                 continue
             target, draft = build_pair(Path(folder) / arch, arch)
-            models = load_models(str(target), str(draft), device="cpu", dtype=dtype)
+            models = load_models(str(target), str(draft), device=device, dtype=dtype)
             decoder = SpeculativeDecoder(models)
             for drafter in DRAFTERS:
                 row = {"arch": arch, "drafter": drafter, "runs": 0, "diverged": 0, "ties": 0, "mismatches": 0,
                        "gaps": [], "mismatch_gaps": [], "tokens": 0}
-                for prompt in PROMPTS:
+                for prompt in prompts:
                     prompt_ids = decoder.encode_prompt(prompt)
                     plain = list(decoder.generate(prompt, DecodeSettings(drafters=(), max_new_tokens=tokens)))[-1]
                     spec = list(decoder.generate(prompt, DecodeSettings(drafters=(drafter,), k=k,
@@ -78,7 +79,7 @@ def measure(dtype: str, tokens: int, k: int, archs: list[str]) -> dict:
                         row["mismatch_gaps"].append(verdict.gap)
                     print(f"{arch} {drafter}: {verdict}", file=sys.stderr)
                 rows.append(row)
-    return {"dtype": dtype, "tokens": tokens, "k": k, "prompts": len(PROMPTS), "rows": rows}
+    return {"dtype": dtype, "device": device, "tokens": tokens, "k": k, "prompts": len(prompts), "rows": rows}
 
 
 def markdown(result: dict) -> str:

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""One command that checks the engine on an accelerator and times real-sized stand-ins, writing JSON.
+
+    python tools/device_check.py --out /tmp/device-check                  # CUDA, real sizes, under 8 minutes
+    python tools/device_check.py --out /tmp/dc --device cpu --tiny        # the whole script at tiny sizes
+    python tools/device_check.py --out DIR --hbm-gbps 3350                # another GPU's memory bandwidth
+
+Installs nothing: it needs what the project declares (torch, transformers, tokenizers; scipy from the test
+extra). Every model is built offline with random weights (tests/fixtures). Sections, each written to
+DIR/device_check.json as soon as it ends (a later failure or a timeout keeps the earlier ones):
+
+- checks: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on several
+  architectures; a divergence is classified as a numerical tie or a real mismatch, app/engine/identity.py);
+  chi-square losslessness of speculative sampling (the first two sampled tokens against the target's exact
+  joint distribution); ASD on the device against the same run on the CPU; the KV cache after random
+  rollbacks against a full recompute.
+- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/half_precision.py).
+- timing: the Qwen2.5-0.5B and Llama-3.2-1B shapes (tests/fixtures/real_shapes.py) in the device's dtype,
+  ours autoregressive, with prompt lookup and with a draft model (a 2-layer stand-in of the same
+  vocabulary), beside `model.generate` without and with `assistant_model`: ms per token, and the
+  memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth).
+
+The exit status is 1 if a check failed or a section raised, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROMPTS = (
+    "def add(a, b):\n    return a + b\n\ndef add(",
+    "The quick brown fox jumps over the lazy dog. The quick",
+    "for i in range(10):\n    print(i * i)\nfor i in",
+)
+IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
+TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b")
+P_MIN = 1e-3  # chi-square p-value below which the sampled distribution is judged not the target's
+
+
+class Sizes:
+    """How much each section does: real or tiny."""
+
+    def __init__(self, tiny: bool) -> None:
+        self.identity_archs = IDENTITY_ARCHS[:2] if tiny else IDENTITY_ARCHS
+        self.identity_tokens = 12 if tiny else 32
+        self.chi_square_samples = 150 if tiny else 1000
+        self.asd_tokens = 12 if tiny else 48
+        self.cache_rollbacks = 8 if tiny else 25
+        self.half_archs = ["llama"] if tiny else None  # None: every stand-in architecture
+        self.half_tokens = 8 if tiny else 32
+        self.half_prompts = 1 if tiny else 4
+        self.timing_tokens = 8 if tiny else 64
+        self.timing_prompts = 1 if tiny else 3
+        self.k = 4
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
+    """Our greedy ids against model.generate's, float32 on the device, for draft model and prompt lookup."""
+    import torch
+
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.identity import classify, first_divergence, logits_at
+    from app.engine.loading import load_models
+    from app.engine.settings import DecodeSettings
+
+    runs = []
+    for arch, (target, draft) in pairs.items():
+        models = load_models(str(target), str(draft), device=device, dtype="float32")
+        decoder = SpeculativeDecoder(models)
+        for prompt in PROMPTS[:2]:
+            ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
+            with torch.inference_mode():
+                out = models.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                             max_new_tokens=sizes.identity_tokens)
+            reference = out[0, ids.shape[1]:].tolist()
+            for drafter in ("draft-model", "prompt-lookup"):
+                end = list(decoder.generate(prompt, DecodeSettings(drafters=(drafter,), k=sizes.k,
+                                                                   max_new_tokens=sizes.identity_tokens)))[-1]
+                ours = list(end.token_ids)
+                index = first_divergence(reference, ours)
+                logits = None
+                if index is not None and index < min(len(reference), len(ours)):
+                    logits = logits_at(models.target, decoder.encode_prompt(prompt) + reference[:index])
+                verdict = classify(reference, ours, logits, models.dtype)
+                runs.append({"arch": arch, "drafter": drafter, "prompt": prompt[:20], "verdict": str(verdict),
+                             "ok": verdict.identical or verdict.outcome == "tie"})
+    return {"passed": all(r["ok"] for r in runs), "runs": runs,
+            "identical": sum("identical" in r["verdict"] for r in runs)}
+
+
+def exact_first_two(models, prompt: str, sampling) -> dict[tuple[int, int], float]:
+    """P(t1, t2) of the target alone after warping, computed on the device in float32."""
+    import torch
+
+    from app.engine.sampling import warp_probs
+
+    ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
+    with torch.inference_mode():
+        p1 = warp_probs(models.target(ids).logits[0, -1].float(), sampling)  # (V,)
+        firsts = p1.nonzero().flatten()  # (F,)
+        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)  # (F, n + 1)
+        p2 = warp_probs(models.target(batch).logits[:, -1].float(), sampling)  # (F, V)
+    p1, p2, firsts = p1.cpu(), p2.cpu(), firsts.cpu()
+    joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
+             for b in p2[i].nonzero().flatten()}
+    total = sum(joint.values())
+    return {cell: prob / total for cell, prob in joint.items()}
+
+
+def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
+    """Goodness of fit of `counts` (n samples) to `exact`, pooling cells expected below 5 times."""
+    from scipy.stats import chisquare
+
+    big = [c for c in sorted(exact, key=exact.get, reverse=True) if exact[c] * n >= 5]
+    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
+    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
+    if expected[-1] < 1e-6:
+        observed, expected = observed[:-1], expected[:-1]
+    expected = [e * sum(observed) / sum(expected) for e in expected]
+    return float(chisquare(observed, expected).pvalue)
+
+
+def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
+    """Speculative sampling on the device draws the first two tokens from the target's own distribution."""
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+    from app.engine.settings import DecodeSettings, SamplingSettings
+
+    models = load_models(str(pair[0]), str(pair[1]), device=device, dtype="float32")
+    decoder = SpeculativeDecoder(models)
+    prompt = "the the the the"
+    sampling = SamplingSettings(temperature=1.5, top_k=4)
+    exact = exact_first_two(models, prompt, sampling)
+    rows = []
+    for drafters in (("draft-model",), ("prompt-lookup",)):
+        counts: Counter = Counter()
+        for seed in range(sizes.chi_square_samples):
+            settings = DecodeSettings(drafters=drafters, k=2, max_new_tokens=2, verify="sample", sampling=sampling,
+                                      seed=seed)
+            counts[tuple(list(decoder.generate(prompt, settings))[-1].token_ids)] += 1
+        outside = sum(n for cell, n in counts.items() if cell not in exact)
+        pvalue = chi_square_pvalue(counts, exact, sizes.chi_square_samples)
+        rows.append({"drafters": list(drafters), "samples": sizes.chi_square_samples, "cells": len(exact),
+                     "outside_support": outside, "pvalue": pvalue, "ok": outside == 0 and pvalue > P_MIN})
+    return {"passed": all(r["ok"] for r in rows), "rows": rows, "p_min": P_MIN}
+
+
+def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
+    """ASD on the device commits what it commits on the CPU, with the same ledger."""
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+    from app.engine.settings import AsdSettings, DecodeSettings
+
+    results = {}
+    for where in (device, "cpu"):
+        decoder = SpeculativeDecoder(load_models(str(pair[0]), str(pair[1]), device=where, dtype="float32"))
+        results[where] = []
+        for prompt in PROMPTS:
+            settings = DecodeSettings(drafters=("draft-model",), k=sizes.k, max_new_tokens=sizes.asd_tokens,
+                                      verify="asd", asd=AsdSettings(budget=3.0, gate=1.0, cap=2))
+            end = list(decoder.generate(prompt, settings))[-1]
+            results[where].append({"ids": list(end.token_ids), "spent": end.asd.spent if end.asd else None,
+                                   "exceptions": end.asd.exceptions if end.asd else None})
+    rows = []
+    for prompt, ours, cpu in zip(PROMPTS, results[device], results["cpu"], strict=True):
+        same_ids = ours["ids"] == cpu["ids"]
+        spent_close = (ours["spent"] is not None and cpu["spent"] is not None
+                       and abs(ours["spent"] - cpu["spent"]) <= 1e-4 * max(1.0, abs(cpu["spent"])))
+        rows.append({"prompt": prompt[:20], "same_ids": same_ids, "spent": [ours["spent"], cpu["spent"]],
+                     "exceptions": [ours["exceptions"], cpu["exceptions"]], "ok": same_ids and spent_close})
+    return {"passed": all(r["ok"] for r in rows), "rows": rows}
+
+
+def check_cache(pairs: dict, device: str, sizes: Sizes) -> dict:
+    """Cached logits after random rollbacks equal a full recompute without a cache."""
+    import torch
+
+    from app.engine.cached_model import CachedModel
+    from app.engine.loading import load_models
+
+    rows = []
+    for arch, (target, _) in pairs.items():
+        model = load_models(str(target), device=device, dtype="float32").target
+        cached = CachedModel(model)
+        rng = random.Random(0)
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(3, 600, (12,), generator=gen)
+        worst = 0.0
+        for _ in range(sizes.cache_rollbacks):
+            drafts = torch.randint(3, 600, (rng.randint(0, 5),), generator=gen)
+            block = cached.advance_to(torch.cat([ids, drafts]))  # (T, V)
+            accepted = rng.randint(0, drafts.numel())
+            ids = torch.cat([ids, drafts[:accepted], torch.randint(3, 600, (1,), generator=gen)])
+            with torch.inference_mode():
+                full = model(input_ids=cached.ids[None].to(model.device)).logits[0, -1].float()  # (V,)
+            worst = max(worst, float((block[-1].float() - full).abs().max()))
+        rows.append({"arch": arch, "max_abs_diff": worst, "ok": worst <= 1e-3})
+    return {"passed": all(r["ok"] for r in rows), "rows": rows, "tolerance": 1e-3}
+
+
+# ---- timing --------------------------------------------------------------------------------------
+
+def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny: bool) -> dict:
+    """ms per token of each method on one stand-in, beside the bandwidth bound of one target forward."""
+    import torch
+
+    from app.engine.bench import BenchPrompt, hf, ours
+    from app.engine.decoder import SpeculativeDecoder
+    from tests.fixtures.real_shapes import stand_in, weight_bytes
+
+    started = time.perf_counter()
+    models = stand_in(key, device=device, dtype=dtype, with_draft=True, is_tiny=tiny)
+    build_s = time.perf_counter() - started
+    decoder = SpeculativeDecoder(models)
+    k = sizes.k
+    table = {
+        "ours:autoregressive": ours(decoder, (), k),
+        "ours:prompt-lookup": ours(decoder, ("prompt-lookup",), k),
+        "ours:draft-model": ours(decoder, ("draft-model",), k),
+        "hf:autoregressive": hf(models),
+        "hf:prompt-lookup": hf(models, prompt_lookup_num_tokens=k),
+        "hf:assisted": hf(models, assistant_model=models.draft, num_assistant_tokens=k,
+                          num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
+    }
+    prompts = [BenchPrompt(f"p{i}", "code", p, sizes.timing_tokens) for i, p in enumerate(PROMPTS)]
+    prompts = prompts[: sizes.timing_prompts]
+    for generate in table.values():  # warm-up: kernels, allocator, caches
+        generate(BenchPrompt("warm", "code", PROMPTS[0], min(8, sizes.timing_tokens)))
+    seconds = dict.fromkeys(table, 0.0)
+    tokens = dict.fromkeys(table, 0)
+    passes = dict.fromkeys(table, 0)
+    reference: dict[str, list[int]] = {}
+    identical = dict.fromkeys(table, True)
+    for prompt in prompts:
+        for name, generate in table.items():  # interleaved: every method meets the same machine state
+            run = generate(prompt)
+            seconds[name] += run.seconds
+            tokens[name] += len(run.token_ids)
+            passes[name] += len(run.passes)
+            reference.setdefault(prompt.name, run.token_ids)
+            identical[name] &= run.token_ids == reference[prompt.name]
+    target_bytes, draft_bytes = weight_bytes(models.target), weight_bytes(models.draft)
+    bound_ms = 1e3 * target_bytes / (hbm_gbps * 1e9)
+    rows = []
+    for name in table:
+        ms = 1e3 * seconds[name] / tokens[name]
+        rows.append({"method": name, "ms_per_token": ms, "tokens": tokens[name],
+                     "tokens_per_pass": tokens[name] / passes[name] if passes[name] else None,
+                     "times_bound": ms / bound_ms, "identical_to_ours_autoregressive": identical[name]})
+    memory = torch.cuda.max_memory_allocated(models.device) / 2**20 if models.device.type == "cuda" else None
+    return {"shape": models.target_name, "dtype": str(dtype).removeprefix("torch."), "vocab": models.vocab_size,
+            "layers": models.num_layers, "target_weight_mb": target_bytes / 2**20,
+            "draft_weight_mb": draft_bytes / 2**20, "hbm_gbps": hbm_gbps, "bound_ms_per_forward": bound_ms,
+            "build_s": build_s, "peak_memory_mb": memory, "rows": rows}
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+def environment(device: str) -> dict:
+    import torch
+    import transformers
+
+    info = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "cpus": os.cpu_count(),
+            "load_average": list(os.getloadavg())}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["gpu_memory_gb"] = torch.cuda.get_device_properties(torch.device(device)).total_memory / 1e9
+    return info
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from tests.fixtures.architectures import available, build_pair
+
+    out_file = args.out / "device_check.json"
+    sizes = Sizes(args.tiny)
+    dtype = {"auto": torch.bfloat16 if args.device != "cpu" else torch.float32, "float32": torch.float32,
+             "bfloat16": torch.bfloat16, "float16": torch.float16}[args.timing_dtype]
+    report: dict = {"meta": {**environment(args.device), "tiny": args.tiny, "hbm_gbps": args.hbm_gbps,
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S")},
+                    "checks": {}, "half_precision": None, "timing": [], "errors": []}
+    started = time.perf_counter()
+
+    def save() -> None:
+        report["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+        out_file.write_text(json.dumps(report, indent=2))
+
+    def section(name: str, fn, store) -> None:
+        t0 = time.perf_counter()
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        try:
+            store(fn())
+        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
+            report["errors"].append({"section": name, "error": f"{type(exc).__name__}: {exc}",
+                                     "traceback": traceback.format_exc()})
+        print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        save()
+
+    with tempfile.TemporaryDirectory() as folder:
+        pairs = {arch: build_pair(Path(folder) / arch, arch) for arch in sizes.identity_archs if not available(arch)}
+        first = next(iter(pairs.values()))
+        checks = report["checks"]
+        section("greedy identity", lambda: check_greedy_identity(pairs, args.device, sizes),
+                lambda r: checks.__setitem__("greedy_identity", r))
+        section("chi-square", lambda: check_chi_square(first, args.device, sizes),
+                lambda r: checks.__setitem__("chi_square", r))
+        section("asd against cpu", lambda: check_asd_against_cpu(first, args.device, sizes),
+                lambda r: checks.__setitem__("asd_against_cpu", r))
+        section("cache against recompute", lambda: check_cache(pairs, args.device, sizes),
+                lambda r: checks.__setitem__("cache_against_recompute", r))
+
+    def half() -> dict:
+        from tests.fixtures.architectures import ARCHITECTURES
+        from tools.half_precision import PROMPTS as HALF_PROMPTS
+        from tools.half_precision import markdown, measure
+
+        result = measure("bfloat16", sizes.half_tokens, sizes.k, sizes.half_archs or list(ARCHITECTURES),
+                         device=args.device, prompts=HALF_PROMPTS[: sizes.half_prompts])
+        result["markdown"] = markdown(result)
+        return result
+
+    section("half precision", half, lambda r: report.__setitem__("half_precision", r))
+    for key in TIMING_SHAPES:
+        section(f"timing {key}", lambda key=key: time_shape(key, args.device, dtype, sizes, args.hbm_gbps, args.tiny),
+                report["timing"].append)
+    report["passed"] = not report["errors"] and all(c.get("passed") for c in report["checks"].values())
+    save()
+    return report
+
+
+def summary(report: dict) -> str:
+    lines = [f"device {report['meta']['device']} ({report['meta'].get('gpu', 'no GPU name')}), "
+             f"{report['meta']['seconds']} s, {'PASSED' if report['passed'] else 'FAILED'}"]
+    for name, check in report["checks"].items():
+        lines.append(f"  {name}: {'ok' if check['passed'] else 'FAILED'}")
+    for error in report["errors"]:
+        lines.append(f"  error in {error['section']}: {error['error']}")
+    if report["half_precision"]:
+        lines.append(report["half_precision"]["markdown"])
+    for shape in report["timing"]:
+        lines.append(f"\n{shape['shape']} {shape['dtype']}: {shape['target_weight_mb']:.0f} MB of weights, bound "
+                     f"{shape['bound_ms_per_forward']:.3f} ms per forward at {shape['hbm_gbps']:.0f} GB/s")
+        lines.append("| method | ms / token | x bound | tokens / pass | identical |")
+        lines.append("|---|---|---|---|---|")
+        for row in shape["rows"]:
+            tpp = "-" if row["tokens_per_pass"] is None else f"{row['tokens_per_pass']:.2f}"
+            lines.append(f"| {row['method']} | {row['ms_per_token']:.2f} | {row['times_bound']:.1f} | {tpp} | "
+                         f"{row['identical_to_ours_autoregressive']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for device_check.json (created)")
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N, mps or cpu (default cuda)")
+    parser.add_argument("--tiny", action="store_true", help="every section at tiny sizes (a smoke test)")
+    parser.add_argument("--hbm-gbps", type=float, default=4800.0,
+                        help="the device's memory bandwidth in GB/s for the bound (default 4800, an H200)")
+    parser.add_argument("--timing-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="dtype of the timed stand-ins (default auto: bfloat16 on an accelerator, float32 on cpu)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = run(args)
+    print(summary(report))
+    print(f"\nwritten to {args.out / 'device_check.json'}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
