@@ -223,6 +223,8 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
     from app.engine.decoder import SpeculativeDecoder
     from tests.fixtures.real_shapes import stand_in, weight_bytes
 
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
     started = time.perf_counter()
     models = stand_in(key, device=device, dtype=dtype, with_draft=True, is_tiny=tiny)
     build_s = time.perf_counter() - started
