@@ -99,6 +99,7 @@ class SpeculativeDecoder:
         self._drafters: dict[str, tuple[tuple, Drafter]] = {}  # name -> (configuration, drafter)
         self._eos = models.eos_ids
         self._context_length = models.context_length
+        self._timed_forward_ms: tuple[float, ...] = ()  # samples of t_T, timed once for these models (§7.5)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -189,7 +190,9 @@ class SpeculativeDecoder:
             return None, "context_full"
         k = self._draft_length(req, settings, room)
         if k and not req.stats.forward_ms:
-            self._time_one_token_forwards(req)
+            self._timed_forward_ms = self._timed_forward_ms or self._time_one_token_forwards(req)
+            for ms in self._timed_forward_ms:
+                req.stats.add_forward(ms)
         clock = PassClock(self.models.device)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
@@ -208,12 +211,14 @@ class SpeculativeDecoder:
             reason = "max_tokens"
         return event, reason
 
-    def _time_one_token_forwards(self, req: _Request) -> None:
-        """Time TIMED_FORWARDS one-token target forwards, t_T of c (docs/ALGORITHMS.md §7.5); the cache is kept.
+    def _time_one_token_forwards(self, req: _Request) -> tuple[float, ...]:
+        """TIMED_FORWARDS one-token target forwards in ms, samples of t_T (docs/ALGORITHMS.md §7.5).
 
-        A drafting run may never take a plain step, so before its first draft the decoder feeds the last
-        committed token alone, as a plain step would, and crops it off again.
+        A drafting run may never take a plain step, so before the first draft these models make, the decoder
+        feeds the last committed token alone, as a plain step would, and crops it off again (the cache is
+        kept). Later requests reuse the samples: the forwards are paid once, not by every short run.
         """
+        timed = []
         n = req.ids.numel()
         if self.target.length != n - 1:
             self._prefill(req)
@@ -222,8 +227,9 @@ class SpeculativeDecoder:
             started = time.perf_counter()
             self.target.advance_to(req.ids)  # (1, V): one token fed
             synchronize(self.models.device)
-            req.stats.add_forward(1e3 * (time.perf_counter() - started))
+            timed.append(1e3 * (time.perf_counter() - started))
             self.target.crop(n - 1)
+        return tuple(timed)
 
     def _draft_length(self, req: _Request, settings: DecodeSettings, room: int) -> int:
         if settings.k != req.k_setting or not settings.adaptive_k:

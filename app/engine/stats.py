@@ -14,10 +14,11 @@ Notation (docs/ALGORITHMS.md §6-§7). A pass drafts K' tokens; per run
 
 How t_T is measured (§7.5): as the median of the run's one-token target forwards, which are the passes that
 drafted nothing (a plain step is exactly one such forward) and a few one-token forwards the decoder times
-before its first drafting pass (`SpeculativeDecoder._time_one_token_forwards`), so that a run whose every
-pass drafts still has one. The verification forward of K' + 1 tokens is never used as t_T: it is t_V, and
-on a CPU it costs more than one token's forward. The estimated speedup tokens · t_T / time is what a plain
-run of the same passes would have taken over what this run took; only the race measures a real plain run.
+before the first drafting pass of its models (`SpeculativeDecoder._time_one_token_forwards`) and reuses
+for every later request, so that a run whose every pass drafts still has one. The verification forward of
+K' + 1 tokens is never used as t_T: it is t_V, and on a CPU it costs more than one token's forward. The
+estimated speedup tokens · t_T / time is what a plain run of the same passes would have taken over what this
+run took; only the race measures a real plain run.
 """
 
 from __future__ import annotations
