@@ -183,6 +183,19 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_at_shape(key: str, k: int, tiny: bool) -> str:
+    """The quick bench (its prompts, methods and token limit) on a stand-in of this shape and its drafter."""
+    from app.engine import bench
+    from tests.fixtures.real_shapes import SHAPES, stand_in
+
+    models = stand_in(key, with_draft=True, is_tiny=tiny)
+    prompts = bench.quick_prompts(bench.load_prompts())
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    results = bench.benchmark(models, prompts, k=k, repeats=1, only=set(bench.QUICK_METHODS))
+    return (f"\n{SHAPES[key].name} stand-in (random weights; vocabulary {SHAPES[key].vocab:,}), K = {k}, "
+            f"load average {load}\n\n{bench.markdown_table(results)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -198,7 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes with the same layout (a smoke test)")
     parser.add_argument("--profile", action="store_true", help="also cProfile one generation per shape")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--bench", action="store_true",
+                        help="instead: the quick bench at each shape, with a small drafter of its vocabulary")
     args = parser.parse_args(argv)
+    if args.bench:
+        torch.set_num_threads(args.threads)
+        for key in args.shape or ["smollm2-135m", "qwen2.5-0.5b"]:
+            print(bench_at_shape(key, args.k, args.tiny), flush=True)
+        return 0
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     prompts = list(PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))])
