@@ -36,6 +36,7 @@ TokenText = Callable[[int], str]
 # Verdict labels shown per drafted position.
 KEPT = "accepted"
 EXCEPTION = "ASD exception"
+REUSED = "reused (greedy after an exception)"  # a match kept after the block's first ASD exception (§5.6)
 REJECTED_HERE = "rejected"
 DISCARDED = "discarded (after a rejection)"
 CLIPPED_HERE = "dropped (generation ended)"
@@ -145,21 +146,24 @@ class PassInspection:
 
 def inspect_pass(event: PassEvent) -> PassInspection:
     first = next((i for i, t in enumerate(event.drafted) if t.outcome == REJECTED), None)
+    exception = next((i for i, t in enumerate(event.drafted) if t.outcome == ASD_EXCEPTION), None)
     asd = _asd_state(event)
     checks: list[AsdCheck | None] = [None] * len(event.drafted) if asd is None else list(_asd_checks(event, asd))
-    positions = tuple(_position(event, i, token, first, checks[i]) for i, token in enumerate(event.drafted))
+    positions = tuple(_position(event, i, token, first, checks[i], exception is not None and i > exception)
+                      for i, token in enumerate(event.drafted))
     return PassInspection(event, positions, first, _ledger(event, asd) if asd is not None else None)
 
 
-def _position(event: PassEvent, i: int, token: DraftedToken, first: int | None, asd: AsdCheck | None) -> PositionView:
+def _position(event: PassEvent, i: int, token: DraftedToken, first: int | None, asd: AsdCheck | None,
+              after_exception: bool = False) -> PositionView:
     q = 1.0 if token.q is None else token.q
     ratio = token.p / q if q > 0 else None
-    return PositionView(i, token, q, ratio, _verdict(token, i, first), asd)
+    return PositionView(i, token, q, ratio, _verdict(token, i, first, after_exception), asd)
 
 
-def _verdict(token: DraftedToken, i: int, first: int | None) -> str:
+def _verdict(token: DraftedToken, i: int, first: int | None, after_exception: bool = False) -> str:
     if token.outcome == ACCEPTED:
-        return KEPT
+        return REUSED if after_exception else KEPT
     if token.outcome == ASD_EXCEPTION:
         return EXCEPTION
     if token.outcome == CLIPPED:
@@ -335,6 +339,14 @@ def _asd_summary(inspection: PassInspection) -> list[str]:
                 f"{check.suffix_value} is {check.gate_ratio:.3g} ≤ g = {check.gate:.3g}, it is mismatch "
                 f"{check.block_mismatches} of at most M = {check.cap} in this block, and the block's regret "
                 f"{check.cost:.3g} fits in the {check.remaining:.3g} left of B.")
+    reused = sum(position.verdict == REUSED for position in inspection.positions)
+    if reused:
+        strict = inspection.event.n_accepted - (inspection.event.asd_saved or 0)
+        sentences.append(
+            f"The {_count(reused, 'draft')} after the first exception matched the target's choice at its row, "
+            "which the verification forward computed with the exception already in the context: greedy decoding "
+            "from the realised text would have chosen them too, so ASD reused them without another forward "
+            f"(strict greedy would have kept {_count(strict, 'draft')} of this block).")
     if ledger.after != ledger.before or sentences:
         sentences.append(f"The regret ledger went from {ledger.before:.3g} to {ledger.after:.3g} of B = "
                          f"{ledger.budget:.3g} ({_count(ledger.exceptions_after, 'exception')} so far).")

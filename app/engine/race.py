@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.engine.events import EndEvent, Event, RunningStats
+from app.engine.fidelity import edit_distance, first_divergence
 from app.engine.identity import Identity
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 
@@ -90,14 +91,6 @@ def promises_identical(settings: DecodeSettings) -> bool:
     return settings.verify == "asd" and (settings.asd.budget == 0 or settings.asd.gate == 0 or settings.asd.cap == 0)
 
 
-def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
-    """Index of the first differing token (the shorter length if one is a prefix of the other)."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def token_edit_distance(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """Levenshtein distance in tokens; the common prefix and suffix are stripped first (they cost nothing)."""
     start = first_divergence(a, b)
@@ -108,13 +101,7 @@ def token_edit_distance(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
         a, b = a[:-1], b[:-1]
     if len(a) * len(b) > EDIT_DISTANCE_CELLS:
         return None
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
+    return edit_distance(a, b)
 
 
 class _Lane:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
-from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, EndEvent, PassEvent
-from app.engine.explain import DISCARDED, EXCEPTION, KEPT, REJECTED_HERE, explain_pass, inspect_pass
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, REJECTED, EndEvent, PassEvent
+from app.engine.explain import DISCARDED, EXCEPTION, KEPT, REJECTED_HERE, REUSED, explain_pass, inspect_pass
 from app.engine.loading import load_models
 from app.engine.race import PLAIN, SPECULATIVE, Race, RaceEvent, RaceResult, first_divergence, token_edit_distance
 from app.engine.settings import AsdSettings, DecodeSettings, SamplingSettings
@@ -215,3 +216,26 @@ def test_explanation_tells_the_story_from_the_numbers(decoder, models):
     token = event.drafted[inspect_pass(event).first_rejection]
     assert f"u = {token.u:.3g}" in story and f"min(1, p/q) = {token.accept_prob:.3g}" in story
     assert "residual" in story
+
+
+def test_inspection_marks_the_reused_suffix_after_an_exception(decoder, models):
+    passes, _ = run(decoder, PROMPTS[1], drafters=("draft-model",), k=4, max_new_tokens=40, verify="asd",
+                    asd=LOOSE_ASD)
+    text_of = lambda token_id: models.tokenizer.decode([token_id])  # noqa: E731
+    for event in passes:
+        inspection = inspect_pass(event)
+        verdicts = [p.verdict for p in inspection.positions]
+        first = verdicts.index(EXCEPTION) if EXCEPTION in verdicts else len(verdicts)
+        assert KEPT not in verdicts[first + 1:] and REUSED not in verdicts[:first]
+        assert verdicts.count(REUSED) == event.asd_reused
+        story = explain_pass(event, text_of)
+        assert ("reused them without another forward" in story) == (event.asd_reused > 0)
+    # A block with an exception, two reused matches behind it and a rejection, built from a real pass.
+    event = next(e for e in passes if len(e.drafted) == 4)
+    outcomes = [ASD_EXCEPTION, ACCEPTED, ACCEPTED, REJECTED]
+    drafted = tuple(replace(t, outcome=o, target_id=t.id if o == ACCEPTED else t.id + 1)
+                    for t, o in zip(event.drafted, outcomes, strict=True))
+    event = replace(event, drafted=drafted, asd_reused=2, asd_saved=3)
+    assert [p.verdict for p in inspect_pass(event).positions] == [EXCEPTION, REUSED, REUSED, REJECTED_HERE]
+    story = explain_pass(event, text_of)
+    assert "The 2 drafts after the first exception" in story and "strict greedy would have kept 0 drafts" in story
