@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from app.engine.events import EndEvent, Event, RunningStats
+from app.engine.events import AsdSummary, EndEvent, Event, RunningStats
 from app.engine.fidelity import edit_distance, first_divergence
 from app.engine.identity import Identity
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
@@ -54,6 +54,7 @@ class LaneResult:
     wall_s: float  # the lane's own clock at its end
     error: str | None = None
     stats: RunningStats | None = None  # the lane's end figures (app/engine/stats.py)
+    asd: AsdSummary | None = None  # ASD: exceptions, regret spent, reuse and passes saved (docs/ALGORITHMS.md §5.6)
 
     @property
     def tokens_per_s(self) -> float:
@@ -127,7 +128,7 @@ class _Lane:
         end = self.end
         assert end is not None, "a lane's result is read once its run has ended"
         return LaneResult(self.name, end.reason, end.token_ids, end.text, end.passes, self.clock_s, end.error,
-                          end.stats)
+                          end.stats, end.asd)
 
 
 class Race:

@@ -351,6 +351,7 @@ def result_text(result: RaceResult) -> str:
                      f"{plain.tokens_per_s:.1f} tokens/s; {spec.passes} vs {plain.passes} target passes).")
     lines.append(_acceptance_text(spec))
     lines.append(_agreement_text(result))
+    lines.append(_asd_text(spec))
     return " ".join(line for line in lines if line)
 
 
@@ -364,6 +365,18 @@ def _acceptance_text(lane) -> str:
     expected = "" if expected is None else f" against E(α, K) = {expected:.2f}"
     return (f"α = {stats.alpha:.2f} (accepted / tested){rate}; {stats.tokens_per_pass:.2f} tokens per pass"
             f"{expected}.")
+
+
+def _asd_text(lane) -> str:
+    """What ASD spent and bought in the speculative lane (docs/ALGORITHMS.md §5.6)."""
+    asd = lane.asd
+    if asd is None:
+        return ""
+    budget = "an unbounded budget" if asd.budget == float("inf") else f"B = {asd.budget:.3g}"
+    return (f"ASD spent regret {asd.spent:.3g} of {budget} on {asd.exceptions} exception"
+            f"{'' if asd.exceptions == 1 else 's'}, reused {asd.reused} greedy token"
+            f"{'' if asd.reused == 1 else 's'} after them, and kept {asd.saved} more than strict greedy would on the "
+            f"same passes (about {asd.passes_saved:.1f} passes saved).")
 
 
 def _agreement_text(result: RaceResult) -> str:

@@ -87,6 +87,8 @@ def test_race_reports_the_first_divergence_under_asd(models):
     assert result.first_divergence == expected
     assert plain[:expected] == spec[:expected]
     assert 0 < result.edit_distance <= max(len(plain), len(spec))
+    asd = result.speculative.asd  # what ASD spent and bought, for the race's words
+    assert asd is not None and asd.exceptions == len(exceptions) and result.plain.asd is None
 
 
 def test_asd_with_zero_budget_must_match(models):

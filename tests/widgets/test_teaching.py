@@ -252,6 +252,9 @@ def test_race_under_asd_shows_where_the_texts_diverge(qtbot, real_window):
     result = window.race_view.timeline.result
     assert not result.identical
     assert f"first differ at generated token {result.first_divergence + 1}" in window.race_view.verdict.text()
+    asd = result.speculative.asd  # what ASD spent and bought, in the race's words
+    words = window.race_view.verdict.text()
+    assert f"ASD spent regret {asd.spent:.3g} of B = 50 on {asd.exceptions} exception" in words
 
 
 def test_generation_waits_while_a_race_runs(qtbot, real_window):
