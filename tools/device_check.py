@@ -40,11 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = (
-    "def add(a, b):\n    return a + b\n\ndef add(",
-    "The quick brown fox jumps over the lazy dog. The quick",
-    "for i in range(10):\n    print(i * i)\nfor i in",
-)
+from tools.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
+
+PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
 TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b")
 P_MIN = 1e-3  # chi-square p-value below which the sampled distribution is judged not the target's
@@ -330,7 +328,6 @@ def run(args: argparse.Namespace) -> dict:
 
     def half() -> dict:
         from tests.fixtures.architectures import ARCHITECTURES
-        from tools.half_precision import PROMPTS as HALF_PROMPTS
         from tools.half_precision import markdown, measure
 
         result = measure("bfloat16", sizes.half_tokens, sizes.k, sizes.half_archs or list(ARCHITECTURES),

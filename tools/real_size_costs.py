@@ -36,12 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = (
-    "def add(a, b):\n    return a + b\n\ndef add(",
-    "The quick brown fox jumps over the lazy dog. The quick",
-    "for i in range(10):\n    print(i * i)\nfor i in",
-    "Le décodage spéculatif propose quelques jetons et",
-)
+from tools.half_precision import PROMPTS  # noqa: E402 - after the checkout is on sys.path
+
 METHODS = {"plain": (), "prompt-lookup": ("prompt-lookup",)}
 STEPS = ("softmax", "verify_rule", "detok", "tokens", "inspector")
 GOAL = 0.05

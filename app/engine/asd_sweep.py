@@ -34,15 +34,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from app.engine.bench import BenchPrompt
+from app.engine.bench import BenchPrompt, timed_generation
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent
 from app.engine.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
-from app.engine.loading import LoadedModels, synchronize
+from app.engine.loading import LoadedModels
 from app.engine.settings import AsdSettings, DecodeSettings
 
 BUDGETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, math.inf)
@@ -132,13 +131,7 @@ def _generate(decoder: SpeculativeDecoder, prompt: BenchPrompt, drafter: str, k:
               asd: AsdSettings | None) -> _Run:
     settings = DecodeSettings(drafters=(drafter,), k=k, max_new_tokens=prompt.max_new_tokens,
                               verify="greedy" if asd is None else "asd", asd=asd or DEFAULT)
-    started = time.perf_counter()
-    events = list(decoder.generate(prompt.prompt, settings))
-    synchronize(decoder.models.device)
-    seconds = time.perf_counter() - started
-    end = events[-1]
-    if not isinstance(end, EndEvent) or end.reason == "error":
-        raise RuntimeError(f"{drafter} failed: {getattr(end, 'error', end)}")
+    _, seconds, end = timed_generation(decoder, prompt.prompt, settings)
     return _Run(list(end.token_ids), seconds, end.passes, end)
 
 

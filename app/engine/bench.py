@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from app.engine.decoder import SpeculativeDecoder
-from app.engine.events import EndEvent, PassEvent
+from app.engine.events import EndEvent, Event, PassEvent
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.settings import DecodeSettings
 from app.engine.stats import GenerationStats, predicted_speedup_of_passes
@@ -99,16 +99,23 @@ def quick_prompts(prompts: list[BenchPrompt], count: int = QUICK_PROMPTS,
 
 # ---- methods ------------------------------------------------------------------------------------
 
+def timed_generation(decoder: SpeculativeDecoder, prompt: str,
+                     settings: DecodeSettings) -> tuple[list[Event], float, EndEvent]:
+    """All events of one generation, its wall time in seconds (device synchronised) and its end event."""
+    started = time.perf_counter()
+    events = list(decoder.generate(prompt, settings))
+    synchronize(decoder.models.device)
+    seconds = time.perf_counter() - started
+    end = events[-1]
+    if not isinstance(end, EndEvent) or end.reason == "error":
+        raise RuntimeError(f"{settings.drafters} failed: {getattr(end, 'error', end)}")
+    return events, seconds, end
+
+
 def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
     def generate(prompt: BenchPrompt) -> Run:
         settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens)
-        started = time.perf_counter()
-        events = list(decoder.generate(prompt.prompt, settings))
-        synchronize(decoder.models.device)
-        seconds = time.perf_counter() - started
-        end = events[-1]
-        if not isinstance(end, EndEvent) or end.reason == "error":
-            raise RuntimeError(f"{drafters} failed: {getattr(end, 'error', end)}")
+        events, seconds, end = timed_generation(decoder, prompt.prompt, settings)
         return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)],
                    end.stats.target_forward_ms)
     return generate
