@@ -31,21 +31,39 @@ def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: i
     app = _application()
     import pyqtgraph as pg
     import pyqtgraph.exporters  # registers ImageExporter
-    from PySide6.QtGui import QFont
 
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
     widget = pg.PlotWidget()
     widget.resize(width, height)
     plot = widget.getPlotItem()
     plot.setTitle("ASD frontier: speed and fidelity against strict greedy with the same drafter")
+    draw_frontier(plot, data)
+    widget.show()  # laid out at its size (offscreen: nothing appears)
+    app.processEvents()
+    exporter = pg.exporters.ImageExporter(plot)
+    exporter.parameters()["width"] = width
+    exporter.export(str(path))
+    widget.close()
+
+
+def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
+    """Draw the sweep `data` into the pyqtgraph PlotItem `plot` (axes, points, frontiers, defaults, legend).
+
+    `ink` colours the outlines and the strict-greedy cross (a colour pyqtgraph accepts); `label_points` is the
+    font size of the B/g/M labels on the frontier points. Returns the default points (dicts of `data`), for a
+    caller that marks them further."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QFont
+
     plot.setLabel("bottom", "tokens/s relative to strict greedy")
     plot.setLabel("left", "Δ mean log p per token vs greedy (nats)")
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)
     plot.getViewBox().setDefaultPadding(0.08)
     plot.showGrid(x=True, y=True, alpha=0.25)
-    legend = plot.addLegend(offset=(10, -10))  # bottom left, below the points of the fast, faithful corner
+    legend = plot.legend or plot.addLegend(offset=(10, -10))  # bottom left, below the fast, faithful corner
     points = data["points"]
+    all_defaults = []
     for drafter in dict.fromkeys(p["drafter"] for p in points):
         colour = COLOURS.get(drafter, OTHER)
         mine = [p for p in points if p["drafter"] == drafter and p["log_prob_delta"] is not None]
@@ -61,25 +79,21 @@ def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: i
         for p in front:
             label = pg.TextItem(f"B={p['budget_text']} g={p['gate']:g} M={p['cap']}", color=colour,
                                 anchor=(0, 1))
-            label.setFont(QFont("", 8))
+            label.setFont(QFont("", label_points))
             label.setPos(p["relative_tokens_per_s"], p["log_prob_delta"])
             plot.addItem(label)
         defaults = [p for p in mine if p["is_default"]]
+        all_defaults += defaults
         if defaults:
             plot.addItem(pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in defaults],
                                             [p["log_prob_delta"] for p in defaults], symbol="star", size=18,
-                                            pen=pg.mkPen("k"), brush=pg.mkBrush(*colour)))
-    greedy = pg.ScatterPlotItem([1.0], [0.0], symbol="x", size=16, pen=pg.mkPen("k", width=2), brush=pg.mkBrush("k"))
+                                            pen=pg.mkPen(ink), brush=pg.mkBrush(*colour)))
+    greedy = pg.ScatterPlotItem([1.0], [0.0], symbol="x", size=16, pen=pg.mkPen(ink, width=2), brush=pg.mkBrush(ink))
     plot.addItem(greedy)
     legend.addItem(greedy, "strict greedy (1, 0)")
-    star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen("k"), brush=pg.mkBrush("w"))
+    star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen(ink), brush=pg.mkBrush("w"))
     legend.addItem(star, "defaults B=8 g=0.25 M=2")
-    widget.show()  # laid out at its size (offscreen: nothing appears)
-    app.processEvents()
-    exporter = pg.exporters.ImageExporter(plot)
-    exporter.parameters()["width"] = width
-    exporter.export(str(path))
-    widget.close()
+    return all_defaults
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
 from app.widgets import scrolled
+from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
@@ -119,6 +120,8 @@ class MainWindow(QMainWindow):
         self.theory = TheoryExplorer()
         self.theory.set_session(self.session)
         self.race_view = RaceView()
+        self.asd_view = AsdTradeoffView()
+        self.asd_view.load()
         self.guide = GuidePanel()
         central = QWidget()
         column = QVBoxLayout(central)
@@ -147,8 +150,9 @@ class MainWindow(QMainWindow):
         self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector, bottom)
         self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory, bottom)
         self.race_dock = self._dock("Race", "raceDock", self.race_view, bottom)
+        self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, bottom, scroll=False)  # side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, right)
-        for dock in (self.inspector_dock, self.theory_dock, self.race_dock):
+        for dock in (self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock):
             self.tabifyDockWidget(self.charts_dock, dock)
         self.tabifyDockWidget(self.drafters_dock, self.guide_dock)
         self.charts_dock.raise_()
@@ -187,6 +191,8 @@ class MainWindow(QMainWindow):
         for kind, (title, _) in EXPORTS.items():
             file_menu.addAction(title + "…", lambda kind=kind: self._export_with_dialog(kind))
         file_menu.addSeparator()
+        self.open_sweep_action = file_menu.addAction("Open ASD sweep…", self.asd_view.choose_file)
+        file_menu.addSeparator()
         file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
         edit_menu = self.menuBar().addMenu("&Edit")
         self.copy_text_action = edit_menu.addAction("Copy generated &text", self.copy_generated_text)
@@ -194,7 +200,7 @@ class MainWindow(QMainWindow):
         self.copy_text_action.setToolTip("The text generated so far, without the rejected drafts shown in the view")
         view_menu = self.menuBar().addMenu("&View")
         for dock in (self.controls_dock, self.drafters_dock, self.charts_dock, self.inspector_dock, self.theory_dock,
-                     self.race_dock, self.guide_dock):
+                     self.race_dock, self.asd_dock, self.guide_dock):
             view_menu.addAction(dock.toggleViewAction())
         self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
         self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
@@ -234,6 +240,12 @@ class MainWindow(QMainWindow):
         self.runs.sig_load_progress.connect(self.status.show_load_progress)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
+        self.drafters.sig_changed.connect(self._show_asd_knobs)  # after the settings model pushed them
+        self.asd_dock.visibilityChanged.connect(self._show_asd_knobs)  # settings applied without a change signal
+        self.session.sig_ended.connect(lambda end: self.asd_view.show_run(end.asd, len(end.token_ids), end.passes))
+
+    def _show_asd_knobs(self, *_args) -> None:
+        self.asd_view.show_knobs(self.settings_model.live.get().asd)
 
     # --- models ------------------------------------------------------------------------------
     def set_engine(self, engine: Engine, request: dict | None = None) -> None:
