@@ -11,7 +11,7 @@ different lengths stay comparable). One forward over `c + x`; the log-softmax
 runs in float32 on the model's device, the gathered values are summed in
 float64 on the host (`app/engine/exact.py`).
 
-`first_divergence`, `edit_distance` and `parses` are pure Python.
+`first_divergence`, `edit_distance`, `token_diff`, `changed_positions` and `parses` are pure Python.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 
 import torch
 
@@ -45,6 +46,20 @@ def edit_distance(ids: Sequence[int], reference: Sequence[int]) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b)))
         previous = current
     return previous[-1]
+
+
+def token_diff(ids: Sequence[int], reference: Sequence[int]) -> list[tuple[str, int, int, int, int]]:
+    """An alignment of x against y: `difflib` opcodes (tag, i1, i2, j1, j2) turning x[i1:i2] into y[j1:j2].
+
+    Tags are "equal", "replace", "delete" (x[i1:i2] has no counterpart in y) and "insert" (y[j1:j2] has
+    none in x); no junk heuristic, so repeated ids (indentation, brackets) align like any other token.
+    """
+    return list(SequenceMatcher(None, list(ids), list(reference), autojunk=False).get_opcodes())
+
+
+def changed_positions(ids: Sequence[int], reference: Sequence[int]) -> list[int]:
+    """Positions t of x whose token is not part of an aligned match with y (replaced or inserted), ascending."""
+    return [t for tag, i1, i2, _j1, _j2 in token_diff(ids, reference) if tag != "equal" for t in range(i1, i2)]
 
 
 def mean_log_prob(model, prompt_ids: Sequence[int], ids: Sequence[int]) -> float | None:

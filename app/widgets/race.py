@@ -12,6 +12,13 @@ Each lane's text follows its newest tokens. Under the lanes, tokens against
 each lane's clock (the steeper line is the faster decoder) and, per
 speculative pass, its draft and verify time as stacked bars; the verdict
 stands on a line of its own, with the details under it, above the lanes.
+
+Under ASD the plain lane is strict greedy's output (ASD is greedy-based), so
+once the race is shown the speculative lane marks its tokens that the
+alignment with the plain lane (`app.engine.fidelity.changed_positions`) does
+not match, underlines the first divergence and states the regret spent.
+Greedy lanes must be identical and sampled lanes draw differently, so
+neither is marked.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
@@ -31,11 +38,13 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
-from app.engine.events import ACCEPTED, ASD_EXCEPTION, EndEvent, PassEvent, StartEvent
+from app.engine.events import ACCEPTED, ASD_EXCEPTION, AsdSummary, EndEvent, PassEvent, StartEvent
+from app.engine.fidelity import changed_positions
 from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
 from app.widgets import token_style as ts
 
@@ -43,6 +52,8 @@ TICK_MS = 33
 LANE_COLOURS = {PLAIN: "#7F7F7F", SPECULATIVE: "#0072B2"}
 DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", "#0072B2"
 LANE_TITLES = {PLAIN: "Plain autoregressive decoding (target only)", SPECULATIVE: "Speculative decoding"}
+CHANGED_BACKGROUND = {False: "#ffe08a", True: "#6b5200"}  # light / dark theme: a token strict greedy did not emit
+DIVERGENCE_COLOUR = "#D55E00"  # the underline of the first divergence
 
 
 class RaceTimeline:
@@ -102,15 +113,25 @@ class LanePanel(QGroupBox):
         self.stream.verticalScrollBar().rangeChanged.connect(lambda _low, _high: self.follow_newest())
         self.clock = QLabel()
         self.clock.setObjectName(f"{lane}Clock")
-        self._formats = ts.make_formats(ts.is_dark(self.palette()))
+        self.diff_legend = QLabel()  # under ASD: what the marks in the text mean, and the regret spent
+        self.diff_legend.setObjectName(f"{lane}DiffLegend")
+        self.diff_legend.setWordWrap(True)
+        self._dark = ts.is_dark(self.palette())
+        self._formats = ts.make_formats(self._dark)
         column = QVBoxLayout(self)
         column.addWidget(self.stream, 1)
+        column.addWidget(self.diff_legend)
         column.addWidget(self.clock)
         self.clear()
 
     def clear(self) -> None:
         self.stream.clear()
+        self.stream.setExtraSelections([])
+        self.diff_legend.clear()
+        self.diff_legend.hide()
         self._cursor = QTextCursor(self.stream.document())
+        self._spans: list[tuple[int, int]] = []  # (start, end) in the document of each generated token
+        self._marks: list[int] = []  # the generated token of each extra selection
         self.tokens = 0
         self.passes = 0
         self.show_clock(0.0)
@@ -126,11 +147,64 @@ class LanePanel(QGroupBox):
         self.tokens += len(event.committed_ids)
         for token in event.drafted:
             if token.outcome in (ACCEPTED, ASD_EXCEPTION):
-                self._cursor.insertText(token.text, self._formats[token.outcome])
+                self._insert_token(token.text, self._formats[token.outcome])
         if event.appended is not None:
-            style = self._formats.get(event.appended.kind, self._formats[ts.TARGET])
-            self._cursor.insertText(event.appended.text, style)
+            self._insert_token(event.appended.text, self._formats.get(event.appended.kind, self._formats[ts.TARGET]))
         self.follow_newest()
+
+    def _insert_token(self, text: str, style: QTextCharFormat) -> None:
+        start = self._cursor.position()
+        self._cursor.insertText(text, style)
+        self._spans.append((start, self._cursor.position()))
+
+    def token_span(self, t: int) -> tuple[int, int]:
+        """Where generated token t lies in the lane's document: (start, end) character positions."""
+        return self._spans[t]
+
+    def mark_diff(self, changed: list[int], first: int | None, legend: str) -> None:
+        """Give the generated tokens at `changed` a background, underline token `first`, show `legend`."""
+        self._marks = list(changed)  # the token of each extra selection, in order
+        selections = [self._selection(t, background=QColor(CHANGED_BACKGROUND[self._dark])) for t in changed]
+        if first is not None and first < len(self._spans):
+            self._marks.append(first)
+            selections.append(self._selection(first, underline=True))
+        self.stream.setExtraSelections(selections)
+        self.diff_legend.setText(legend)
+        self.diff_legend.show()
+
+    def _selection(self, t: int, background: QColor | None = None, underline: bool = False) -> QTextEdit.ExtraSelection:
+        start, end = self._spans[t]
+        selection = QTextEdit.ExtraSelection()
+        selection.cursor = QTextCursor(self.stream.document())
+        selection.cursor.setPosition(start)
+        selection.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        if background is not None:
+            selection.format.setBackground(background)
+        if underline:
+            selection.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+            selection.format.setUnderlineColor(QColor(DIVERGENCE_COLOUR))
+            selection.format.setFontUnderline(True)
+        return selection
+
+    def highlighted_tokens(self) -> list[int]:
+        """The generated tokens shown with a changed-token background (each selection covers its token's span)."""
+        return self._marked(lambda f: f.hasProperty(QTextCharFormat.Property.BackgroundBrush))
+
+    def underlined_token(self) -> int | None:
+        """The generated token underlined as the first divergence, if any."""
+        marked = self._marked(lambda f: f.fontUnderline())
+        return marked[0] if marked else None
+
+    def _marked(self, test) -> list[int]:
+        selections = self.stream.extraSelections()
+        if len(selections) != len(self._marks):  # cleared since
+            return []
+        found = []
+        for t, selection in zip(self._marks, selections, strict=True):
+            assert (selection.cursor.selectionStart(), selection.cursor.selectionEnd()) == self._spans[t]
+            if test(selection.format):
+                found.append(t)
+        return sorted(found)
 
     def follow_newest(self) -> None:
         """Scroll so the newest tokens show."""
@@ -320,6 +394,11 @@ class RaceView(QWidget):
             self.lanes[lane].show_clock(self.timeline.end_clock(lane) or 0.0)
         self.headline.setText(verdict_line(result))
         self.verdict.setText(result_text(result))
+        asd = result.speculative.asd
+        if asd is not None and not any(lane.reason == "error" for lane in (result.plain, result.speculative)):
+            plain, spec = result.plain.token_ids, result.speculative.token_ids
+            changed = changed_positions(spec, plain)
+            self.lanes[SPECULATIVE].mark_diff(changed, result.first_divergence, diff_legend(result, changed, asd))
 
     def lane_text(self, lane: str) -> str:
         return self.lanes[lane].text
@@ -355,6 +434,26 @@ def result_text(result: RaceResult) -> str:
     return " ".join(line for line in lines if line)
 
 
+def diff_legend(result: RaceResult, changed: list[int], asd: AsdSummary) -> str:
+    """The ASD lane's legend: what the marks mean, where the texts first part, and the regret spent (rich text)."""
+    colour = CHANGED_BACKGROUND[False]
+    regret = f"Regret spent {asd.spent:.3g} of {_budget(asd)} on {asd.exceptions} exception" \
+             f"{'' if asd.exceptions == 1 else 's'}."
+    first = result.first_divergence
+    if first is None:
+        return f"Identical to strict greedy (the plain lane), token for token. {regret}"
+    spec_len = len(result.speculative.token_ids)
+    where = (f"<span style='color:{DIVERGENCE_COLOUR}'>⟂</span> first divergence at generated token {first + 1}"
+             + (" (underlined)" if first < spec_len else " (where this lane ends)"))
+    return (f"<span style='background:{colour}; color:black'>&nbsp;highlighted&nbsp;</span> = {len(changed)} "
+            f"token{'' if len(changed) == 1 else 's'} that differ from strict greedy (the plain lane); "
+            f"{where}. {regret}")
+
+
+def _budget(asd: AsdSummary) -> str:
+    return "an unbounded budget" if asd.budget == float("inf") else f"B = {asd.budget:.3g}"
+
+
 def _acceptance_text(lane) -> str:
     """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/stats.py)."""
     stats = lane.stats
@@ -372,8 +471,7 @@ def _asd_text(lane) -> str:
     asd = lane.asd
     if asd is None:
         return ""
-    budget = "an unbounded budget" if asd.budget == float("inf") else f"B = {asd.budget:.3g}"
-    return (f"ASD spent regret {asd.spent:.3g} of {budget} on {asd.exceptions} exception"
+    return (f"ASD spent regret {asd.spent:.3g} of {_budget(asd)} on {asd.exceptions} exception"
             f"{'' if asd.exceptions == 1 else 's'}, reused {asd.reused} greedy token"
             f"{'' if asd.reused == 1 else 's'} after them, and kept {asd.saved} more than strict greedy would on the "
             f"same passes (about {asd.passes_saved:.1f} passes saved).")
@@ -396,5 +494,8 @@ def _agreement_text(result: RaceResult) -> str:
         if identity is not None:
             return where + f" This rule promises identical text; here they {identity}: worth reporting."
         return where + " They should be identical under this rule: floating-point ties can cause this."
-    return where + " This rule does not promise identical text (ASD with B > 0 spends regret on purpose; " \
-                   "sampling draws differently)."
+    if result.speculative.asd is not None:
+        return where + " ASD with B > 0 spends regret on purpose: the plain lane is strict greedy, and the " \
+                       "speculative lane highlights the tokens that differ from it."
+    return where + " Sampling does not promise identical text: the two lanes draw differently, so they are " \
+                   "not comparable token by token and nothing is highlighted."

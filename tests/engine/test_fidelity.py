@@ -9,7 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from app.engine.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
+from app.engine.fidelity import (
+    changed_positions,
+    complete_statements,
+    edit_distance,
+    first_divergence,
+    mean_log_prob,
+    parses,
+    token_diff,
+)
 
 
 def test_first_divergence():
@@ -18,6 +26,18 @@ def test_first_divergence():
     assert first_divergence([7], [1]) == 0
     assert first_divergence([1, 2], [1, 2, 3]) == 2  # a prefix diverges where it ends
     assert first_divergence([], []) is None
+
+
+def test_token_diff_aligns_and_marks_only_the_changed_tokens():
+    x, y = [1, 2, 9, 3, 4, 7], [1, 2, 3, 4, 5]  # 9 inserted in x, 5 replaced by 7
+    assert token_diff(x, y) == [("equal", 0, 2, 0, 2), ("delete", 2, 3, 2, 2), ("equal", 3, 5, 2, 4),
+                                ("replace", 5, 6, 4, 5)]
+    assert changed_positions(x, y) == [2, 5]
+    assert changed_positions([1, 2, 3], [1, 2, 3]) == [] and token_diff([], []) == []
+    assert changed_positions([1, 3], [1, 2, 3]) == []  # a token missing from x marks nothing in x
+    assert len(changed_positions([5, 5, 5, 5], [5, 5, 6, 5])) == 1  # one substitution, one token marked
+    x, y = [4] * 300 + [8], [4] * 300 + [9]  # no junk heuristic: a common id repeated many times still aligns
+    assert changed_positions(x, y) == [300]
 
 
 @pytest.mark.parametrize(("a", "b", "distance"), [

@@ -8,9 +8,10 @@ from PySide6.QtCore import Qt
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import RESAMPLED, PassEvent
 from app.engine.explain import residual_bars
+from app.engine.fidelity import changed_positions
 from app.engine.loading import load_models
-from app.engine.race import LANES, SPECULATIVE, Race, RaceResult
-from app.engine.settings import DecodeSettings, SamplingSettings
+from app.engine.race import LANES, PLAIN, SPECULATIVE, Race, RaceResult
+from app.engine.settings import AsdSettings, DecodeSettings, SamplingSettings
 from app.engine.stats import expected_tokens_per_pass, optimal_k
 from app.session import Session
 from app.widgets.inspector import COL_ACCEPT, COL_P, COL_RATIO, COL_U, PassInspector, token_label
@@ -171,6 +172,57 @@ def test_race_lanes_follow_the_newest_tokens_and_plot_both_lanes(qtbot, models):
     assert view.charts.pass_ms[0] == (spec_passes[0].timing.draft_ms, spec_passes[0].timing.verify_ms)
     assert view.headline.text().startswith(("Speculative decoding won", "Plain decoding won"))
     assert "\n" not in view.headline.text() and "identical" in view.verdict.text()
+
+
+def raced(qtbot, models, prompt: str = PROMPT, **settings) -> tuple[RaceView, RaceResult]:
+    """A race view that has replayed one finished race of these settings."""
+    view = RaceView()
+    qtbot.addWidget(view)
+    view.resize(900, 500)
+    view.show()
+    view.begin("draft-model, K = 4")
+    items = list(Race(models).generate(prompt, DecodeSettings(drafters=("draft-model",), k=4, **settings)))
+    for item in items:
+        view.on_event(item)
+    view.finished()
+    qtbot.waitUntil(lambda: not view.replaying, timeout=30_000)
+    result = items[-1]
+    assert isinstance(result, RaceResult)
+    return view, result
+
+
+def test_asd_race_highlights_the_tokens_that_differ_from_strict_greedy(qtbot, models):
+    view, result = raced(qtbot, models, "The quick brown fox jumps over the lazy dog. The quick", max_new_tokens=30,
+                         verify="asd", asd=AsdSettings(budget=50.0, gate=5.0, cap=4))
+    plain, spec = result.plain.token_ids, result.speculative.token_ids
+    assert not result.identical, "the loose budget should make ASD part from strict greedy on random models"
+    lane = view.lanes[SPECULATIVE]
+    changed = changed_positions(spec, plain)
+    assert changed and lane.highlighted_tokens() == changed  # exactly the tokens the alignment does not match
+    first = result.first_divergence
+    assert first is not None and plain[:first] == spec[:first] and lane.underlined_token() == first
+    assert all(t >= first for t in changed)  # nothing before the first divergence is marked
+    assert lane.diff_legend.isVisible()
+    legend = lane.diff_legend.text()
+    assert f"first divergence at generated token {first + 1}" in legend and "highlighted" in legend
+    assert f"Regret spent {result.speculative.asd.spent:.3g}" in legend and "ASD spent regret" in view.verdict.text()
+    assert view.lanes[PLAIN].highlighted_tokens() == [] and not view.lanes[PLAIN].diff_legend.isVisible()
+    view.replay()  # a replay starts unmarked and marks again at its end
+    assert lane.highlighted_tokens() == [] and not lane.diff_legend.isVisible()
+    qtbot.waitUntil(lambda: not view.replaying, timeout=30_000)
+    assert lane.highlighted_tokens() == changed
+
+
+def test_greedy_and_sampled_races_highlight_nothing(qtbot, models):
+    view, result = raced(qtbot, models, max_new_tokens=30, verify="greedy")
+    assert result.identical
+    for lane in LANES:
+        assert view.lanes[lane].highlighted_tokens() == [] and view.lanes[lane].underlined_token() is None
+        assert not view.lanes[lane].diff_legend.isVisible()
+    view, result = raced(qtbot, models, max_new_tokens=30, verify="sample", sampling=SAMPLING, seed=3)
+    assert all(view.lanes[lane].highlighted_tokens() == [] for lane in LANES)
+    if not result.identical:
+        assert "not comparable token by token" in view.verdict.text()
 
 
 # ---------------------------------------------------------------- window
