@@ -26,6 +26,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -121,13 +122,37 @@ def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
     return generate
 
 
+# Assisted generation reads these from the assistant's own generation config (transformers 5 ignores them as
+# arguments of generate and drafts 20 tokens, stopping below 0.4 confidence), so they are set there for the call.
+ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+@contextmanager
+def assistant_settings(generate_kwargs: dict):
+    """Put the assisted-generation settings among `generate_kwargs` into the assistant's config, then restore it."""
+    assistant = generate_kwargs.get("assistant_model")
+    if assistant is None:
+        yield
+        return
+    config = assistant.generation_config
+    saved = {name: getattr(config, name, None) for name in ASSISTANT_SETTINGS}
+    for name in ASSISTANT_SETTINGS:
+        if name in generate_kwargs:
+            setattr(config, name, generate_kwargs[name])
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
 def hf(models: LoadedModels, **generate_kwargs):
     tokenizer = models.tokenizer
 
     def generate(prompt: BenchPrompt) -> Run:
         ids = tokenizer(prompt.prompt, return_tensors="pt").input_ids.to(models.device)
         started = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), assistant_settings(generate_kwargs):
             out = models.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                          max_new_tokens=prompt.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,

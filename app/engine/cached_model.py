@@ -10,6 +10,7 @@ now. A layer subset turns the target itself into a self-speculative drafter
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 
@@ -68,6 +69,7 @@ class CachedModel:
         self.layers = tuple(layers) if layers is not None else None
         self.device = next(model.parameters()).device
         self.feature_layers: tuple[int, ...] = ()
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.reset()
 
     def reset(self) -> None:
@@ -103,10 +105,15 @@ class CachedModel:
         self.ids = self.ids[:length]
         self.features = [f[:length] for f in self.features]
 
-    def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False):
-        """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states)."""
+    def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False, last: int | None = None):
+        """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states).
+
+        With `last`, only the logits of the last `last` fed tokens are needed: models that take
+        `logits_to_keep` then skip the head for the other rows (T may come back smaller than T).
+        """
         start = self.length
         positions = torch.arange(start, start + new_ids.numel(), device=self.device)
+        head = {"logits_to_keep": last} if last is not None and self._keeps_logits and last < new_ids.numel() else {}
         with torch.inference_mode(), only_layers(self.model, self.layers):
             out = self.model(
                 input_ids=new_ids.to(self.device)[None],
@@ -114,6 +121,7 @@ class CachedModel:
                 cache=self.cache,
                 use_cache=True,
                 output_hidden_states=output_hidden_states or bool(self.feature_layers),
+                **head,
             )
         self.ids = torch.cat([self.ids, new_ids.cpu()])
         logits = out.logits[0].float()  # (T, V)
@@ -125,11 +133,11 @@ class CachedModel:
             return logits, tuple(h[0] for h in out.hidden_states)
         return logits
 
-    def advance_to(self, ids: torch.Tensor, output_hidden_states: bool = False):
-        """Make the cache hold `ids` (N,); logits of the tokens that had to be fed.
+    def advance_to(self, ids: torch.Tensor, output_hidden_states: bool = False, last: int | None = None):
+        """Make the cache hold `ids` (N,); logits of the tokens that had to be fed (of at most `last` of them).
 
         At least the last token is always fed, so the last row scores what follows `ids`.
         """
         keep = min(common_prefix_length(self.ids, ids), ids.numel() - 1)
         self.crop(keep)
-        return self.extend(ids[keep:], output_hidden_states=output_hidden_states)
+        return self.extend(ids[keep:], output_hidden_states=output_hidden_states, last=last)

@@ -163,7 +163,7 @@ class SpeculativeDecoder:
 
     def _prefill(self, req: _Request) -> None:
         if req.ids.numel() > 1:
-            self.target.advance_to(req.ids[:-1])
+            self.target.advance_to(req.ids[:-1], last=1)  # only the cache is wanted
 
     def _describe_failure(self, exc: Exception) -> Exception:
         """Forget every cache (the next generation starts clean) and say what went wrong."""
@@ -197,7 +197,8 @@ class SpeculativeDecoder:
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
         clock.mark_drafted()
-        logits = self.target.advance_to(torch.cat([req.ids, draft.tokens]))[-(len(draft) + 1):]  # (K'+1, V)
+        fed = torch.cat([req.ids, draft.tokens])
+        logits = self.target.advance_to(fed, last=len(draft) + 1)[-(len(draft) + 1):]  # (K'+1, V)
         clock.mark_verified()
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
         block = VerifiedBlock(draft.tokens, draft.q, p, self._verify(req, settings, draft, logits, p))

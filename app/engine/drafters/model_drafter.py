@@ -40,7 +40,7 @@ class ModelDrafter:
         self.cached.reset()
 
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft:
-        logits = self.cached.advance_to(ids)[-1]  # (V',)
+        logits = self.cached.advance_to(ids, last=1)[-1]  # (V',)
         tokens, rows = [], []
         for step in range(k):
             q = sampler.probs(fit_vocabulary(logits, self.vocab_size))  # (V,)
