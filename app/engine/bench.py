@@ -102,7 +102,9 @@ def quick_prompts(prompts: list[BenchPrompt], count: int = QUICK_PROMPTS,
 
 def timed_generation(decoder: SpeculativeDecoder, prompt: str,
                      settings: DecodeSettings) -> tuple[list[Event], float, EndEvent]:
-    """All events of one generation, its wall time in seconds (device synchronised) and its end event."""
+    """All events of one cold generation (no prefix kept from an earlier one, as for the Hugging Face peers),
+    its wall time in seconds (device synchronised) and its end event."""
+    decoder.forget_caches()
     started = time.perf_counter()
     events = list(decoder.generate(prompt, settings))
     synchronize(decoder.models.device)

@@ -165,10 +165,15 @@ class SpeculativeDecoder:
         if req.ids.numel() > 1:
             self.target.advance_to(req.ids[:-1], last=1)  # only the cache is wanted
 
-    def _describe_failure(self, exc: Exception) -> Exception:
-        """Forget every cache (the next generation starts clean) and say what went wrong."""
+    def forget_caches(self) -> None:
+        """Drop the target's and the drafters' caches: the next generation starts cold, sharing no prefix
+        with the last one (a benchmark compares cold starts with peers that keep nothing between calls)."""
         self.target.reset()
         self._drafters.clear()
+
+    def _describe_failure(self, exc: Exception) -> Exception:
+        """Forget every cache (the next generation starts clean) and say what went wrong."""
+        self.forget_caches()
         if is_out_of_memory(exc):
             release_memory(exc)
             return OutOfMemoryError("the device ran out of memory during a pass; memory was released. "
