@@ -72,7 +72,8 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
     import torch
 
     from app.engine.decoder import SpeculativeDecoder
-    from app.engine.identity import classify, first_divergence, logits_at
+    from app.engine.fidelity import first_divergence
+    from app.engine.identity import classify, logits_at
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings
 

@@ -286,7 +286,8 @@ def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repe
 def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts: list[BenchPrompt],
                       repeats: list[list[Run]], baseline_ids: list[list[int]]) -> str:
     """"identical", or the first differing run's divergence judged on the target's logits (a tie or a mismatch)."""
-    from app.engine.identity import classify, first_divergence, logits_at
+    from app.engine.fidelity import first_divergence
+    from app.engine.identity import classify, logits_at
 
     for rep in repeats:
         for prompt, run, reference in zip(prompts, rep, baseline_ids, strict=True):

@@ -21,10 +21,6 @@ import re
 from collections.abc import Sequence
 from difflib import SequenceMatcher
 
-import torch
-
-from app.engine.exact import to_host_float64
-
 
 def first_divergence(ids: Sequence[int], reference: Sequence[int]) -> int | None:
     """The first position t with x_t != y_t (the shorter length if one is a prefix of the other); None if equal."""
@@ -68,6 +64,10 @@ def mean_log_prob(model, prompt_ids: Sequence[int], ids: Sequence[int]) -> float
         return None
     if not prompt_ids:
         raise ValueError("mean_log_prob needs at least one prompt token to condition the first output token on")
+    import torch  # here: the window's process imports this module for the race's diff, and never loads torch
+
+    from app.engine.exact import to_host_float64
+
     device = next(model.parameters()).device
     n, t = len(prompt_ids), len(ids)
     fed = torch.tensor([*prompt_ids, *ids[:-1]], dtype=torch.long, device=device)  # (N + T - 1,)

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+from app.engine.fidelity import first_divergence
+
+if TYPE_CHECKING:  # the window's process reads `Identity` (in race results) and never loads torch
+    import torch
 
 Outcome = Literal["identical", "tie", "mismatch"]
 TIE_ULPS = 8  # units in the last place of the model's dtype, at the logits' magnitude, that still count as a tie
@@ -53,16 +56,10 @@ class Identity:
         return f"{where}, a real mismatch (logit gap {self.gap:.3g}; rounding explains at most {self.tolerance:.2g})"
 
 
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first differing token (the shorter length if one is a prefix of the other); None if equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def tolerance(logits: torch.Tensor, dtype: torch.dtype) -> float:
     """The largest top-2 gap that rounding in `dtype` can produce at the magnitude of these logits."""
+    import torch
+
     eps = torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float32).eps
     scale = max(1.0, float(logits.abs().max()))
     return TIE_ULPS * eps * scale
@@ -78,7 +75,7 @@ def classify(reference: Sequence[int], candidate: Sequence[int], logits: torch.T
         return Identity("mismatch", index)  # no logits to judge, or one run stopped early (EOS, error)
     logits = logits.detach().float().cpu()  # (V,): a handful of numbers compared on the host
     a, b = reference[index], candidate[index]
-    top2 = set(torch.topk(logits, 2).indices.tolist())
+    top2 = set(logits.topk(2).indices.tolist())
     gap = float(logits[a] - logits[b])
     limit = tolerance(logits, dtype)
     outcome: Outcome = "tie" if {a, b} == top2 and abs(gap) <= limit else "mismatch"
@@ -87,6 +84,8 @@ def classify(reference: Sequence[int], candidate: Sequence[int], logits: torch.T
 
 def logits_at(model, context: Sequence[int]) -> torch.Tensor:
     """The target's logits (V,) after `context`, from one plain forward (no cache)."""
+    import torch
+
     device = next(model.parameters()).device
     with torch.inference_mode():
         return model(input_ids=torch.tensor([list(context)], device=device)).logits[0, -1].float().cpu()
