@@ -102,49 +102,18 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
             "identical": sum("identical" in r["verdict"] for r in runs)}
 
 
-def exact_first_two(models, prompt: str, sampling) -> dict[tuple[int, int], float]:
-    """P(t1, t2) of the target alone after warping, computed on the device in float32."""
-    import torch
-
-    from app.engine.sampling import warp_probs
-
-    ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
-    with torch.inference_mode():
-        p1 = warp_probs(models.target(ids).logits[0, -1].float(), sampling)  # (V,)
-        firsts = p1.nonzero().flatten()  # (F,)
-        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)  # (F, n + 1)
-        p2 = warp_probs(models.target(batch).logits[:, -1].float(), sampling)  # (F, V)
-    p1, p2, firsts = p1.cpu(), p2.cpu(), firsts.cpu()
-    joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
-             for b in p2[i].nonzero().flatten()}
-    total = sum(joint.values())
-    return {cell: prob / total for cell, prob in joint.items()}
-
-
-def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
-    """Goodness of fit of `counts` (n samples) to `exact`, pooling cells expected below 5 times."""
-    from scipy.stats import chisquare
-
-    big = [c for c in sorted(exact, key=exact.get, reverse=True) if exact[c] * n >= 5]
-    observed = [counts[c] for c in big] + [n - sum(counts[c] for c in big)]
-    expected = [exact[c] * n for c in big] + [n - sum(exact[c] * n for c in big)]
-    if expected[-1] < 1e-6:
-        observed, expected = observed[:-1], expected[:-1]
-    expected = [e * sum(observed) / sum(expected) for e in expected]
-    return float(chisquare(observed, expected).pvalue)
-
-
 def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
     """Speculative sampling on the device draws the first two tokens from the target's own distribution."""
     from app.engine.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings, SamplingSettings
+    from tests.engine.helpers import chi_square_pvalue, first_two_distribution  # the suite's own check
 
     models = load_models(str(pair[0]), str(pair[1]), device=device, dtype="float32")
     decoder = SpeculativeDecoder(models)
     prompt = "the the the the"
     sampling = SamplingSettings(temperature=1.5, top_k=4)
-    exact = exact_first_two(models, prompt, sampling)
+    exact = first_two_distribution(models, prompt, sampling)
     rows = []
     for drafters in (("draft-model",), ("prompt-lookup",)):
         counts: Counter = Counter()

@@ -28,13 +28,14 @@ def run(decoder: SpeculativeDecoder, prompt: str, **settings) -> tuple[list[Pass
 
 
 def first_two_distribution(models, prompt: str, sampling) -> dict[tuple[int, int], float]:
-    """Exact P(t1, t2) of the target alone over the support left after warping."""
-    ids = models.tokenizer(prompt, return_tensors="pt").input_ids
+    """Exact P(t1, t2) of the target alone over the support left after warping (float32 on the models' device)."""
+    ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
     with torch.inference_mode():
-        p1 = warp_probs(models.target(ids).logits[0, -1], sampling)  # (V,)
-        firsts = p1.nonzero().flatten()
-        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)
-        p2 = warp_probs(models.target(batch).logits[:, -1], sampling)  # (F, V)
+        p1 = warp_probs(models.target(ids).logits[0, -1].float(), sampling)  # (V,)
+        firsts = p1.nonzero().flatten()  # (F,)
+        batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)  # (F, n + 1)
+        p2 = warp_probs(models.target(batch).logits[:, -1].float(), sampling)  # (F, V)
+    p1, p2, firsts = p1.cpu(), p2.cpu(), firsts.cpu()
     joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
              for b in p2[i].nonzero().flatten()}
     total = sum(joint.values())
@@ -49,7 +50,7 @@ def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
     if expected[-1] < 1e-6:
         observed, expected = observed[:-1], expected[:-1]
     expected = [e * sum(observed) / sum(expected) for e in expected]
-    return chisquare(observed, expected).pvalue
+    return float(chisquare(observed, expected).pvalue)
 
 
 def fail_on_call(calls: int, error: BaseException):
