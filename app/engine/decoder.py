@@ -199,11 +199,13 @@ class SpeculativeDecoder:
             for ms in self._timed_forward_ms:
                 req.stats.add_forward(ms)
         clock = PassClock(self.models.device)
-        sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator)
+        sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator,
+                               settings.repetition, req.ids)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
         clock.mark_drafted()
         fed = torch.cat([req.ids, draft.tokens])
         logits = self.target.advance_to(fed, last=len(draft) + 1)[-(len(draft) + 1):]  # (K'+1, V)
+        logits = sampler.process(logits, [draft.tokens[:i] for i in range(len(draft) + 1)])  # repetition (§4.5)
         clock.mark_verified()
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
         block = VerifiedBlock(draft.tokens, draft.q, p, self._verify(req, settings, draft, logits, p))

@@ -14,6 +14,10 @@ the target's probabilities and `q` the drafter's. Under the sample rule both
 Under greedy decoding `p = softmax(z)` (no warping) is only reported, and the
 token is `argmax z` (first maximum on ties).
 
+Under every rule the repetition controls (app/engine/repetition.py, §4.5) process
+`z` for its row's context before any of this, on both sides: `TokenSampler.process`
+for the target's rows, `TokenSampler.draw` for a drafter's.
+
 Everything here is pure and vectorised over any leading dimensions; logits of
 any floating dtype are computed in float32.
 """
@@ -21,12 +25,14 @@ any floating dtype are computed in float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from app.engine.settings import SamplingSettings
+from app.engine.repetition import process_rows
+from app.engine.settings import RepetitionSettings, SamplingSettings
 
 MASS_SCALE = 2**23  # top-p masses are split at multiples of 1 / MASS_SCALE (see _mask_top_p)
 
@@ -95,11 +101,18 @@ class TokenSampler:
     `pick` draws with `torch.multinomial` from `generator` (which must live on
     the same device as the probabilities). Drafters and the decoder share one
     settings value so `q` is warped exactly like `p`.
+
+    `repetition` and `context` (the committed ids, (N,) long) add the repetition
+    controls of one pass: `process` applies them to the target's rows and `draw`
+    to a drafter's, each row for its own context, so `q` is processed like `p`.
     """
 
-    def __init__(self, settings: SamplingSettings | None, generator: torch.Generator) -> None:
+    def __init__(self, settings: SamplingSettings | None, generator: torch.Generator,
+                 repetition: RepetitionSettings | None = None, context: Tensor | None = None) -> None:
         self.settings = settings
         self.generator = generator
+        self.repetition = repetition or RepetitionSettings()
+        self.context = torch.empty(0, dtype=torch.long) if context is None else context
 
     @property
     def is_greedy(self) -> bool:
@@ -118,3 +131,33 @@ class TokenSampler:
         flat = probs.reshape(-1, probs.shape[-1])  # (N, V)
         ids = torch.multinomial(flat, 1, generator=self.generator)  # (N, 1)
         return ids.reshape(probs.shape[:-1])
+
+    def process(self, logits: Tensor, continuations: Sequence[Tensor]) -> Tensor:
+        """(R, V) logits, row r continuing the context with `continuations[r]` -> the rows the rules read.
+
+        The repetition controls for each row's context; the same tensor when they are off.
+        """
+        if self.repetition.active:
+            self.context = self.context.to(logits.device)  # copied to the device once per pass
+        return process_rows(logits, self.context, continuations, self.repetition)
+
+    def draw(self, logits: Tensor, drafted: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor]:
+        """A drafter's tokens (...) and q (..., V) from its logits: one row (V,), or consecutive rows (R, V).
+
+        Row r continues the context with `drafted` (the drafts before the first row, token tensors) and the
+        tokens drawn for rows 0 .. r-1, so with the repetition controls on, the rows are processed and
+        drawn in turn, each exactly like the target's row at that position.
+        """
+        if not self.repetition.active:
+            q = self.probs(logits)  # (..., V)
+            return self.pick(q), q
+        before = [t.reshape(-1) for t in drafted]
+        tokens, rows = [], []
+        for row in logits.reshape(-1, logits.shape[-1]):  # (V,) each
+            continuation = torch.cat(before) if before else torch.empty(0, dtype=torch.long)
+            q = self.probs(self.process(row[None], [continuation])[0])  # (V,)
+            token = self.pick(q)  # ()
+            before.append(token.reshape(1))
+            tokens.append(token)
+            rows.append(q)
+        return torch.stack(tokens).reshape(logits.shape[:-1]), torch.stack(rows).reshape(logits.shape)

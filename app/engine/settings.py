@@ -55,6 +55,28 @@ class SamplingSettings:
 
 
 @dataclass(frozen=True)
+class RepetitionSettings:
+    """Repetition controls applied to target and drafter logits alike, before any warping, under every rule.
+
+    Hugging Face's semantics (docs/ALGORITHMS.md §4.5; computed in app/engine/repetition.py).
+    """
+
+    penalty: float = 1.0  # logits of tokens already in the context: < 0 times penalty, else over it; 1.0 = off
+    no_repeat_ngram: int = 0  # ban every token that would repeat an n-gram of the context; 0 = off
+
+    def __post_init__(self) -> None:
+        _require(_is_number(self.penalty) and self.penalty > 0,
+                 f"repetition penalty must be a number > 0, 1.0 meaning off (got {self.penalty!r}); "
+                 "above 1 discourages repeats")
+        _require(_is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0,
+                 f"no-repeat n-gram size must be a whole number >= 0, 0 meaning off (got {self.no_repeat_ngram!r})")
+
+    @property
+    def active(self) -> bool:
+        return self.penalty != 1.0 or self.no_repeat_ngram > 0
+
+
+@dataclass(frozen=True)
 class AsdSettings:
     """Approximate Speculative Decoding knobs (docs/ALGORITHMS.md §5)."""
 
@@ -112,6 +134,7 @@ class DecodeSettings:
     k_max: int = 16
     verify: VerifyRule = "greedy"
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    repetition: RepetitionSettings = field(default_factory=RepetitionSettings)
     asd: AsdSettings = field(default_factory=AsdSettings)
     options: DrafterOptions = field(default_factory=DrafterOptions)
     max_new_tokens: int = 128
@@ -137,13 +160,17 @@ class DecodeSettings:
 
     def with_changes(self, **changes) -> DecodeSettings:
         """A validated copy; nested groups accept a dict of their own fields."""
-        for group in ("sampling", "asd", "options"):
+        for group in GROUPS:
             if isinstance(changes.get(group), dict):
                 changes[group] = replace(getattr(self, group), **changes[group])
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
         return _as_plain(self)
+
+
+GROUPS = {"sampling": SamplingSettings, "repetition": RepetitionSettings, "asd": AsdSettings,
+          "options": DrafterOptions}  # the nested settings groups, by field name
 
 
 def _as_plain(value):
@@ -160,8 +187,7 @@ def settings_from_dict(data: dict) -> DecodeSettings:
     unknown = set(data) - known
     _require(not unknown, f"unknown settings: {', '.join(sorted(unknown))}")
     plain = dict(data)
-    groups = {"sampling": SamplingSettings, "asd": AsdSettings, "options": DrafterOptions}
-    for name, cls in groups.items():
+    for name, cls in GROUPS.items():
         if name in plain:
             plain[name] = cls(**plain[name])
     if "drafters" in plain:

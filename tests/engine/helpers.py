@@ -9,8 +9,9 @@ from scipy.stats import chisquare
 
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
+from app.engine.repetition import process_rows
 from app.engine.sampling import warp_probs
-from app.engine.settings import DecodeSettings
+from app.engine.settings import DecodeSettings, RepetitionSettings
 
 PROMPTS = (
     "def add(a, b):\n    return a + b\n\ndef add(",
@@ -27,14 +28,19 @@ def run(decoder: SpeculativeDecoder, prompt: str, **settings) -> tuple[list[Pass
     return [e for e in events if isinstance(e, PassEvent)], end
 
 
-def first_two_distribution(models, prompt: str, sampling) -> dict[tuple[int, int], float]:
-    """Exact P(t1, t2) of the target alone over the support left after warping (float32 on the models' device)."""
+def first_two_distribution(models, prompt: str, sampling,
+                           repetition: RepetitionSettings | None = None) -> dict[tuple[int, int], float]:
+    """Exact P(t1, t2) of the target alone over the support left after warping (float32 on the models' device),
+    with the repetition controls applied to the logits first when given."""
+    repetition = repetition or RepetitionSettings()
     ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
     with torch.inference_mode():
-        p1 = warp_probs(models.target(ids).logits[0, -1].float(), sampling)  # (V,)
+        z1 = process_rows(models.target(ids).logits[0, -1:].float(), ids[0], [ids[0, :0]], repetition)  # (1, V)
+        p1 = warp_probs(z1[0], sampling)  # (V,)
         firsts = p1.nonzero().flatten()  # (F,)
         batch = torch.cat([ids.repeat(len(firsts), 1), firsts[:, None]], dim=1)  # (F, n + 1)
-        p2 = warp_probs(models.target(batch).logits[:, -1].float(), sampling)  # (F, V)
+        z2 = process_rows(models.target(batch).logits[:, -1].float(), ids[0], list(firsts[:, None]), repetition)
+        p2 = warp_probs(z2, sampling)  # (F, V)
     p1, p2, firsts = p1.cpu(), p2.cpu(), firsts.cpu()
     joint = {(int(a), int(b)): float(p1[a]) * float(p2[i, b]) for i, a in enumerate(firsts)
              for b in p2[i].nonzero().flatten()}

@@ -18,7 +18,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.exact import in_host_scope, to_host_float64
 from app.engine.loading import load_models
 from app.engine.sampling import warp_probs
-from app.engine.settings import SamplingSettings
+from app.engine.settings import RepetitionSettings, SamplingSettings
 from app.engine.verify import verify_asd
 from tests.engine.helpers import PROMPTS, run
 
@@ -86,7 +86,10 @@ def test_the_guard_catches_float64_on_a_device_tensor_and_allows_the_host_helper
     dict(verify="sample", drafters=("draft-model",), k=4, sampling=SamplingSettings(0.9, 0, 0.9)),
     dict(verify="sample", drafters=("prompt-lookup", "draft-model"), k=3, sampling=SamplingSettings(1.2, 20, 0.8)),
     dict(verify="asd", drafters=("draft-model",), k=4),
-], ids=["greedy", "plain", "sample-top-p", "sample-one-hot-top-k-top-p", "asd"])
+    dict(verify="sample", drafters=("draft-model",), k=4, repetition=RepetitionSettings(1.3, 3)),
+    dict(verify="asd", drafters=("draft-model",), k=4, repetition=RepetitionSettings(1.3, 3)),
+], ids=["greedy", "plain", "sample-top-p", "sample-one-hot-top-k-top-p", "asd", "sample-repetition",
+        "asd-repetition"])
 def test_whole_generations_use_no_float64_on_the_device(decoder, settings):
     passes, end = guarded(run, decoder, PROMPTS[1], max_new_tokens=24, seed=5, **settings)
     assert end.token_ids

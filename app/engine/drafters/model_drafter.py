@@ -41,10 +41,10 @@ class ModelDrafter:
 
     def propose(self, ids: torch.Tensor, k: int, sampler: TokenSampler, features=None) -> Draft:
         logits = self.cached.advance_to(ids, last=1)[-1]  # (V',)
-        tokens, rows = [], []
+        tokens: list[torch.Tensor] = []  # the drafts so far: each next row continues them
+        rows = []
         for step in range(k):
-            q = sampler.probs(fit_vocabulary(logits, self.vocab_size))  # (V,)
-            token = sampler.pick(q)
+            token, q = sampler.draw(fit_vocabulary(logits, self.vocab_size), tokens)  # (), (V,)
             tokens.append(token)
             rows.append(q)
             if step + 1 < k:

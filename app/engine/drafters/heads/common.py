@@ -1,4 +1,4 @@
-"""What every learned drafter shares: its configuration, the target's parts it borrows, token picking.
+"""What every learned drafter shares: its configuration, the target's parts it borrows.
 
 Notation (docs/ALGORITHMS.md §1; the learned drafters in §8.6-§8.9): the committed sequence is x_0 .. x_{N-1}; the
 target's hidden state of layer l at position t is h^l_t, known for
@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.sampling import TokenSampler
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -123,12 +122,6 @@ class HeadDrafter:
 
     def reset(self) -> None:
         pass  # stateless: everything comes from the target's features
-
-
-def pick(logits: torch.Tensor, sampler: TokenSampler) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens and q from logits (..., V): q is warped exactly like the target's p, so sampling stays lossless."""
-    q = sampler.probs(logits)  # (..., V)
-    return sampler.pick(q), q
 
 
 def as_draft(tokens: list[torch.Tensor] | torch.Tensor, rows: list[torch.Tensor] | torch.Tensor) -> Draft:

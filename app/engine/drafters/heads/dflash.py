@@ -30,7 +30,6 @@ from app.engine.drafters.heads.common import (
     fuse_input,
     fused_layout,
     has_features,
-    pick,
 )
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
@@ -88,7 +87,7 @@ class DFlashDrafter(HeadDrafter):
             mask = torch.ones(module.block_size, context.shape[0] + module.block_size, dtype=torch.bool,
                               device=device)  # the whole window and the whole block
             hidden = module(rows, positions, context, context_positions, mask)[1: 1 + k]  # (K', H)
-            tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
+            tokens, q = sampler.draw(self.parts.logits(hidden))  # (K',), (K', V)
         return as_draft(tokens, q)
 
 

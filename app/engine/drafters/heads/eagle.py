@@ -33,7 +33,6 @@ from app.engine.drafters.heads.common import (
     fuse_input,
     fused_layout,
     has_features,
-    pick,
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
 from app.engine.sampling import TokenSampler
@@ -98,9 +97,10 @@ class EagleDrafter(HeadDrafter):
 
     def _draft(self, ids: torch.Tensor, k: int, sampler: TokenSampler, output: torch.Tensor) -> Draft:
         memory, position = self.memory, ids.numel() - 2  # position of the row that produced `output`
-        tokens, rows = [], []
+        tokens: list[torch.Tensor] = []  # the drafts so far: each next row continues them
+        rows = []
         for step in range(k):
-            token, q = pick(self.parts.logits(self.module.out_norm(output)), sampler)  # (), (V,)
+            token, q = sampler.draw(self.parts.logits(self.module.out_norm(output)), tokens)  # (), (V,)
             tokens.append(token)
             rows.append(q)
             if step + 1 < k:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features, pick
+from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features
 from app.engine.sampling import TokenSampler
 
 
@@ -62,7 +62,7 @@ class MedusaDrafter(HeadDrafter):
             return None
         with torch.inference_mode():
             hidden = self.module(features[0][-1], min(k, self.module.num_heads))  # (K', H)
-            tokens, q = pick(self.parts.logits(hidden), sampler)  # (K',), (K', V)
+            tokens, q = sampler.draw(self.parts.logits(hidden))  # (K',), (K', V)
         return as_draft(tokens, q)
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from app.engine.drafters.base import Draft
-from app.engine.drafters.heads.common import HeadDrafter, TargetParts, TargetShape, as_draft, has_features, pick
+from app.engine.drafters.heads.common import HeadDrafter, TargetParts, TargetShape, as_draft, has_features
 from app.engine.drafters.heads.layers import Block, RMSNorm
 from app.engine.sampling import TokenSampler
 
@@ -84,13 +84,14 @@ class MtpDrafter(HeadDrafter):
         start = max(0, n_rows - rows_needed(steps, window))
         hidden = final[start:]  # (R, H): h^0 of rows start .. N-2
         extended = ids.to(self.parts.device)  # (N + drafts so far,)
-        tokens, rows = [], []
+        tokens: list[torch.Tensor] = []  # the drafts so far: each next row continues them
+        rows = []
         for d, depth in enumerate(self.module.depths[:steps]):
             assert isinstance(depth, MtpDepth)  # for the type checker: nn.ModuleList yields plain modules
             positions = torch.arange(n_rows - hidden.shape[0], n_rows, device=final.device)  # (R,)
             ahead = extended[positions + d + 1]  # (R,) x_{i+d+1}
             hidden = depth(hidden, self.parts.embed(ahead), positions, window)  # (R, H)
-            token, q = pick(self.parts.logits(depth.out_norm(hidden[-1])), sampler)  # (), (V,)
+            token, q = sampler.draw(self.parts.logits(depth.out_norm(hidden[-1])), tokens)  # (), (V,)
             tokens.append(token)
             rows.append(q)
             extended = torch.cat([extended, token.view(1)])
