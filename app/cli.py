@@ -84,6 +84,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (sample rule)")
     group.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens, 0 = off (sample rule)")
     group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (sample rule)")
+    _add_repetition_options(group)
     group.add_argument("--asd-budget", type=float, default=8.0, help="ASD request budget B, >= 0")
     group.add_argument("--asd-gate", type=float, default=0.25, help="ASD gate g, >= 0")
     group.add_argument("--asd-cap", type=int, default=2, help="ASD block cap M, >= 0")
@@ -92,6 +93,22 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
     group.add_argument("--seed", type=int, default=0, help="random seed of the sample rule, >= 0")
     group.add_argument("--chat-template", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+
+
+def _add_repetition_options(group) -> None:
+    group.add_argument("--repetition-penalty", type=float, default=1.0,
+                       help="divide the positive logits of tokens already in the text by this and multiply the "
+                            "negative ones, > 0, 1.0 = off (Hugging Face's repetition_penalty; every rule)")
+    group.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
+                       help="never repeat an N-gram of the text, 0 = off (Hugging Face's no_repeat_ngram_size; "
+                            "every rule)")
+
+
+def repetition_from_args(args):
+    """--repetition-penalty and --no-repeat-ngram-size, validated (SettingsError says what is allowed)."""
+    from app.engine.settings import RepetitionSettings
+
+    return RepetitionSettings(args.repetition_penalty, args.no_repeat_ngram_size)
 
 
 def build_parser() -> CommandLineParser:
@@ -109,6 +126,7 @@ def build_parser() -> CommandLineParser:
     bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate",
                                 formatter_class=HelpWithDefaults)
     bench.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
+    _add_repetition_options(bench.add_argument_group("repetition controls (our methods and Hugging Face's alike)"))
     bench.add_argument("--repeats", type=_whole_number(1),
                        help="interleaved repeats after one warm-up (default: 3; 1 with --quick)")
     bench.add_argument("--quick", action="store_true",
@@ -182,7 +200,7 @@ def settings_from_args(args, summary=None):
 
     settings = DecodeSettings(
         drafters=tuple(args.drafter or ()), k=args.k, adaptive_k=args.adaptive_k, verify=args.verify,
-        sampling=SamplingSettings(args.temperature, args.top_k, args.top_p),
+        sampling=SamplingSettings(args.temperature, args.top_k, args.top_p), repetition=repetition_from_args(args),
         asd=AsdSettings(args.asd_budget, args.asd_gate, args.asd_cap),
         options=DrafterOptions(layer_skip_exit=args.exit_layer),
         max_new_tokens=args.max_new_tokens, seed=args.seed,
@@ -291,6 +309,10 @@ def run_bench(args, fail=None) -> int:
     fail = fail or _fail
     try:
         DecodeSettings(drafters=(), k=args.k)  # the rule K obeys in every run
+        repetition = repetition_from_args(args)
+        if args.asd and repetition.active:
+            raise SettingsError("--repetition-penalty and --no-repeat-ngram-size apply to the benchmark, not to "
+                                "the ASD sweep (--asd)")
         if args.prompts and not Path(args.prompts).expanduser().is_file():
             raise SettingsError(f"--prompts: no file {args.prompts!r}")
         check_model_paths(args)
@@ -325,7 +347,8 @@ def run_bench(args, fail=None) -> int:
         return run_asd_sweep(args, prompts, fail)
     models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
     with ProgressBar(args.progress) as (progress, step):
-        results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step)
+        results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step,
+                                  repetition=repetition)
     if args.quick:
         print(f"quick run (--quick): {len(prompts)} prompts cut to {bench.QUICK_MAX_NEW_TOKENS} new tokens, "
               f"{repeats} repeat(s), {len(results)} methods; rough figures, run without --quick to measure")
@@ -335,6 +358,7 @@ def run_bench(args, fail=None) -> int:
         meta = {"target": "bundled demo family" if demo else models.target_name,
                 "draft": "bundled demo family" if demo else models.draft_name, "device": str(models.device),
                 "dtype": str(models.dtype), "k": args.k, "repeats": repeats, "quick": args.quick,
+                "repetition": {"penalty": repetition.penalty, "no_repeat_ngram": repetition.no_repeat_ngram},
                 "prompts": [p.name for p in prompts], "threads": torch.get_num_threads(),
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
         with open(args.json_path, "w") as out:

@@ -4,6 +4,8 @@ Every method runs the same committed prompt set with the same K and max new
 tokens under greedy decoding, in one process, interleaved (each prompt runs
 every method back to back, and repeat r ends before repeat r+1) so that
 machine drift cancels. Figures are medians over repeats after a warm-up.
+Repetition controls, when set, apply to every method: ours through the
+settings, Hugging Face's through generate's own arguments.
 
 Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop
 (measured: a real autoregressive run); from our runs, by app/engine/stats.py
@@ -28,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,11 +38,12 @@ import torch
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event, PassEvent
 from app.engine.loading import LoadedModels, synchronize
-from app.engine.settings import DecodeSettings
+from app.engine.settings import DecodeSettings, RepetitionSettings
 from app.engine.stats import GenerationStats, predicted_speedup_of_passes
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
+NO_REPETITION = RepetitionSettings()
 Step = Callable[[int, int, str], None]  # (generations done, generations in all, method just run)
 
 # --quick: a first look in about a minute, not a measurement to quote.
@@ -115,9 +119,10 @@ def timed_generation(decoder: SpeculativeDecoder, prompt: str,
     return events, seconds, end
 
 
-def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int):
+def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int,
+         repetition: RepetitionSettings = NO_REPETITION):
     def generate(prompt: BenchPrompt) -> Run:
-        settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens)
+        settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens, repetition=repetition)
         events, seconds, end = timed_generation(decoder, prompt.prompt, settings)
         return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)],
                    end.stats.target_forward_ms)
@@ -148,8 +153,16 @@ def assistant_settings(generate_kwargs: dict):
             setattr(config, name, value)
 
 
-def hf(models: LoadedModels, **generate_kwargs):
+def hf_repetition(repetition: RepetitionSettings) -> dict:
+    """generate's arguments for the same repetition controls; none when they are off."""
+    if not repetition.active:
+        return {}
+    return dict(repetition_penalty=float(repetition.penalty), no_repeat_ngram_size=repetition.no_repeat_ngram)
+
+
+def hf(models: LoadedModels, repetition: RepetitionSettings = NO_REPETITION, **generate_kwargs):
     tokenizer = models.tokenizer
+    generate_kwargs = {**hf_repetition(repetition), **generate_kwargs}
 
     def generate(prompt: BenchPrompt) -> Run:
         ids = tokenizer(prompt.prompt, return_tensors="pt").input_ids.to(models.device)
@@ -165,19 +178,21 @@ def hf(models: LoadedModels, **generate_kwargs):
 
 
 def methods(models: LoadedModels, decoder: SpeculativeDecoder, k: int, exit_layer: int | None = None,
-            only: set[str] | None = None) -> dict[str, Callable[[BenchPrompt], Run]]:
-    table = {OURS_AR: ours(decoder, (), k), "hf:autoregressive": hf(models)}
+            only: set[str] | None = None,
+            repetition: RepetitionSettings = NO_REPETITION) -> dict[str, Callable[[BenchPrompt], Run]]:
+    mine, theirs = partial(ours, decoder, k=k, repetition=repetition), partial(hf, models, repetition)
+    table = {OURS_AR: mine(()), "hf:autoregressive": theirs()}
     for name in models.available_drafters:
-        table[f"ours:{name}"] = ours(decoder, (name,), k)
+        table[f"ours:{name}"] = mine((name,))
     if models.draft is not None:
-        table["ours:prompt-lookup>draft-model"] = ours(decoder, ("prompt-lookup", "draft-model"), k)
-        table["hf:assisted"] = hf(models, assistant_model=models.draft, num_assistant_tokens=k,
-                                  num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
-    table["hf:prompt-lookup"] = hf(models, prompt_lookup_num_tokens=k)
+        table["ours:prompt-lookup>draft-model"] = mine(("prompt-lookup", "draft-model"))
+        table["hf:assisted"] = theirs(assistant_model=models.draft, num_assistant_tokens=k,
+                                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    table["hf:prompt-lookup"] = theirs(prompt_lookup_num_tokens=k)
     if models.num_layers > 1 and getattr(models.target, "base_model_prefix", "") == "model":
-        table["hf:early-exit"] = hf(models, assistant_early_exit=exit_layer or models.default_exit_layer,
-                                    num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
-                                    assistant_confidence_threshold=0.0)
+        table["hf:early-exit"] = theirs(assistant_early_exit=exit_layer or models.default_exit_layer,
+                                        num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                                        assistant_confidence_threshold=0.0)
     if only:
         table = {name: fn for name, fn in table.items() if name == OURS_AR or name in only}
     return table
@@ -265,15 +280,15 @@ def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
 
 def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repeats: int = 3,
               only: set[str] | None = None, progress: Callable[[str], None] = lambda message: None,
-              step: Step | None = None) -> list[MethodResult]:
+              step: Step | None = None, repetition: RepetitionSettings = NO_REPETITION) -> list[MethodResult]:
     """`progress(message)` names each stage; `step(done, total, method)` follows every generation."""
     decoder = SpeculativeDecoder(models)
-    table = methods(models, decoder, k, only=only)
+    table = methods(models, decoder, k, only=only, repetition=repetition)
     runs, peaks = run_interleaved(table, prompts, repeats, models.device, progress, step)
     baseline_ids = [r.token_ids for r in runs[OURS_AR][0]]
     results = [summarise(name, reps, baseline_ids, k) for name, reps in runs.items()]
     for result in results:
-        result.identity = describe_identity(models, decoder, prompts, runs[result.method], baseline_ids)
+        result.identity = describe_identity(models, decoder, prompts, runs[result.method], baseline_ids, repetition)
     base = next(r.tokens_per_s for r in results if r.method == OURS_AR)
     for result in results:
         result.speedup = result.tokens_per_s / base
@@ -284,7 +299,8 @@ def benchmark(models: LoadedModels, prompts: list[BenchPrompt], k: int = 4, repe
 
 
 def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts: list[BenchPrompt],
-                      repeats: list[list[Run]], baseline_ids: list[list[int]]) -> str:
+                      repeats: list[list[Run]], baseline_ids: list[list[int]],
+                      repetition: RepetitionSettings = NO_REPETITION) -> str:
     """"identical", or the first differing run's divergence judged on the target's logits (a tie or a mismatch)."""
     from app.engine.fidelity import first_divergence
     from app.engine.identity import classify, logits_at
@@ -296,7 +312,7 @@ def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts
                 continue
             logits = None
             if index < min(len(reference), len(run.token_ids)):
-                logits = logits_at(models.target, decoder.encode_prompt(prompt.prompt) + reference[:index])
+                logits = logits_at(models.target, decoder.encode_prompt(prompt.prompt) + reference[:index], repetition)
             return f"{prompt.name}: {classify(reference, run.token_ids, logits, models.dtype)}"
     return "identical"
 

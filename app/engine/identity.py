@@ -30,6 +30,8 @@ from app.engine.fidelity import first_divergence
 if TYPE_CHECKING:  # the window's process reads `Identity` (in race results) and never loads torch
     import torch
 
+    from app.engine.settings import RepetitionSettings
+
 Outcome = Literal["identical", "tie", "mismatch"]
 TIE_ULPS = 8  # units in the last place of the model's dtype, at the logits' magnitude, that still count as a tie
 
@@ -82,10 +84,17 @@ def classify(reference: Sequence[int], candidate: Sequence[int], logits: torch.T
     return Identity(outcome, index, gap, limit)
 
 
-def logits_at(model, context: Sequence[int]) -> torch.Tensor:
-    """The target's logits (V,) after `context`, from one plain forward (no cache)."""
+def logits_at(model, context: Sequence[int], repetition: RepetitionSettings | None = None) -> torch.Tensor:
+    """The target's logits (V,) after `context`, from one plain forward (no cache), processed by the
+    repetition controls when given (the logits greedy decoding chose from)."""
     import torch
+
+    from app.engine.repetition import process_rows
 
     device = next(model.parameters()).device
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([list(context)], device=device)).logits[0, -1].float().cpu()
+        ids = torch.tensor([list(context)], device=device)
+        logits = model(input_ids=ids).logits[0, -1:].float()  # (1, V)
+        if repetition is not None:
+            logits = process_rows(logits, ids[0], [ids[0, :0]], repetition)
+        return logits[0].cpu()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from app.engine.events import AsdSummary, EndEvent, Event, RunningStats
 from app.engine.fidelity import edit_distance, first_divergence
 from app.engine.identity import Identity
-from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, RepetitionSettings
 
 PLAIN = "plain"
 SPECULATIVE = "speculative"
@@ -149,19 +149,21 @@ class Race:
             _Lane(PLAIN, plain.generate(prompt, baseline_settings(settings), control, chat_template)),
             _Lane(SPECULATIVE, SpeculativeDecoder(self.models).generate(prompt, settings, control, chat_template)),
         ]
-        return self._run(lanes, promises_identical(settings), plain.encode_prompt(prompt, chat_template))
+        return self._run(lanes, promises_identical(settings), plain.encode_prompt(prompt, chat_template),
+                         settings.repetition)
 
-    def _run(self, lanes: list[_Lane], must_match: bool,
-             prompt_ids: list[int] | None = None) -> Iterator[RaceEvent | RaceResult]:
+    def _run(self, lanes: list[_Lane], must_match: bool, prompt_ids: list[int] | None = None,
+             repetition: RepetitionSettings | None = None) -> Iterator[RaceEvent | RaceResult]:
         while any(lane.end is None for lane in lanes):
             behind = min((lane for lane in lanes if lane.end is None), key=lambda lane: lane.clock_s)
             yield behind.advance()
         plain, speculative = (lane.result() for lane in lanes)
-        identity = self._identity(plain, speculative, prompt_ids) if must_match else None
+        identity = self._identity(plain, speculative, prompt_ids, repetition) if must_match else None
         yield RaceResult(plain, speculative, must_match, first_divergence(plain.token_ids, speculative.token_ids),
                          token_edit_distance(plain.token_ids, speculative.token_ids), identity=identity)
 
-    def _identity(self, plain: LaneResult, speculative: LaneResult, prompt_ids: list[int] | None) -> Identity | None:
+    def _identity(self, plain: LaneResult, speculative: LaneResult, prompt_ids: list[int] | None,
+                  repetition: RepetitionSettings | None = None) -> Identity | None:
         """Identical, or the first divergence judged on the target's logits after the plain lane's context."""
         from app.engine.identity import classify, logits_at
 
@@ -171,5 +173,5 @@ class Race:
         index = first_divergence(a, b)
         logits = None
         if index is not None and index < min(len(a), len(b)) and prompt_ids is not None:
-            logits = logits_at(self.models.target, list(prompt_ids) + list(a[:index]))  # (V,) on the host
+            logits = logits_at(self.models.target, list(prompt_ids) + list(a[:index]), repetition)  # (V,) on the host
         return classify(a, b, logits, self.models.dtype)

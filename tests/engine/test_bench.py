@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.engine import bench
+from app.engine.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 
 
@@ -32,6 +33,22 @@ def test_benchmark_reports_every_method_and_identity(tiny_llama, tmp_path):
     table = bench.markdown_table(results)
     assert table.count("\n") == len(results) + 1
     assert json.loads(bench.to_json(results, {"k": 3}))["results"][0]["method"] == "ours:autoregressive"
+
+
+def test_benchmark_with_repetition_controls_runs_every_method_with_them(tiny_llama):
+    """Ours and Hugging Face's methods alike: every one still matches our autoregressive run, which the controls
+    changed."""
+    from app.engine.settings import RepetitionSettings
+
+    models = load_models(*map(str, tiny_llama))
+    prompts = [bench.BenchPrompt("prose", "prose", "The quick brown fox jumps over the lazy dog. The quick", 24)]
+    only = {"hf:autoregressive", "ours:draft-model", "ours:prompt-lookup", "hf:assisted", "hf:prompt-lookup"}
+    results = bench.benchmark(models, prompts, k=3, repeats=1, only=only, repetition=RepetitionSettings(1.3, 3))
+    assert {r.method for r in results} == only | {bench.OURS_AR}
+    assert all(r.identical and r.identity == "identical" for r in results), [(r.method, r.identity) for r in results]
+    decoder = SpeculativeDecoder(models)
+    with_controls = bench.ours(decoder, (), 3, RepetitionSettings(1.3, 3))(prompts[0]).token_ids
+    assert with_controls != bench.ours(decoder, (), 3)(prompts[0]).token_ids
 
 
 def test_committed_prompt_set_has_code_and_prose():

@@ -50,6 +50,12 @@ RUN_CASES = {
     "negative ASD budget": ["--asd-budget", "-1"],
     "negative ASD cap": ["--asd-cap", "-1"],
     "exit layer 0": ["--exit-layer", "0"],
+    "repetition penalty 0": ["--repetition-penalty", "0"],
+    "negative repetition penalty": ["--repetition-penalty", "-1.2"],
+    "infinite repetition penalty": ["--repetition-penalty", "inf"],
+    "repetition penalty not a number": ["--repetition-penalty", "strong"],
+    "negative no-repeat n-gram size": ["--no-repeat-ngram-size", "-1"],
+    "fractional no-repeat n-gram size": ["--no-repeat-ngram-size", "2.5"],
     "unknown rule": ["--verify", "beam"],
     "drafter twice": ["--drafter", "prompt-lookup", "--drafter", "prompt-lookup"],
     "unknown option": ["--bogus"],
@@ -96,6 +102,9 @@ BENCH_CASES = {
     "k 0": ["--k", "0"],
     "no repeats": ["--repeats", "0"],
     "no threads": ["--threads", "0"],
+    "repetition penalty 0": ["--repetition-penalty", "0"],
+    "negative no-repeat n-gram size": ["--no-repeat-ngram-size", "-2"],
+    "repetition controls in the ASD sweep": ["--asd", "--no-repeat-ngram-size", "3"],
     "missing prompt set": ["--prompts", "{missing}"],
     "prompt set not JSON": ["--prompts", "{bad-json}"],
     "missing target folder": ["--target", "{missing}"],
@@ -108,6 +117,23 @@ def test_bench_rejects_a_bad_argument_before_loading(loader_forbidden, capsys, t
     fails_in_one_line(capsys, ["bench", *expand(BENCH_CASES[case], bad_paths(tmp_path))])
 
 
+def test_repetition_messages_say_what_is_allowed(loader_forbidden, capsys):
+    line = fails_in_one_line(capsys, ["run", "--prompt", "def f():", "--repetition-penalty", "0"])
+    assert "repetition penalty must be a number > 0, 1.0 meaning off" in line
+    line = fails_in_one_line(capsys, ["run", "--prompt", "def f():", "--no-repeat-ngram-size", "-1"])
+    assert "no-repeat n-gram size must be a whole number >= 0, 0 meaning off" in line
+
+
+def test_repetition_options_reach_the_settings():
+    from app.engine.settings import RepetitionSettings
+
+    args = cli.build_parser().parse_args(["run", "--prompt", "x", "--repetition-penalty", "1.3",
+                                          "--no-repeat-ngram-size", "3"])
+    assert cli.settings_from_args(args).repetition == RepetitionSettings(1.3, 3)
+    args = cli.build_parser().parse_args(["run", "--prompt", "x"])
+    assert not cli.settings_from_args(args).repetition.active  # off by default
+
+
 def test_screenshot_rejects_a_missing_folder_before_opening_anything(capsys, tmp_path):
     fails_in_one_line(capsys, ["screenshot", str(tmp_path / "shot.png"), "--target", str(tmp_path / "missing")])
 
@@ -115,7 +141,8 @@ def test_screenshot_rejects_a_missing_folder_before_opening_anything(capsys, tmp
 @pytest.mark.parametrize("target", [None, "some-org/some-model", "bare-name"])
 def test_good_arguments_and_hub_ids_reach_the_loader(loader_forbidden, target):
     """The other side: valid arguments (a hub id included) are not refused, they go on to load."""
-    argv = ["run", "--prompt", "def f():", "--k", "3", "--verify", "sample", "--top-p", "0.9"]
+    argv = ["run", "--prompt", "def f():", "--k", "3", "--verify", "sample", "--top-p", "0.9",
+            "--repetition-penalty", "1.2", "--no-repeat-ngram-size", "3"]
     with pytest.raises(AssertionError, match="loaded"):
         cli.main(argv + (["--target", target] if target else []))
 
@@ -145,3 +172,5 @@ def test_every_option_says_its_default(command):
             continue
         assert "default" in text or "(required)" in text, text
     assert "(default: 4)" in entries["--k"]
+    assert "(default: 1.0)" in entries["--repetition-penalty"]
+    assert "(default: 0)" in entries["--no-repeat-ngram-size"]

@@ -120,6 +120,17 @@ def test_settings_round_trip_and_reach_the_start_event(tiny_llama):
     assert isinstance(start, StartEvent) and start.settings["repetition"] == plain["repetition"]
 
 
+def test_identity_checks_judge_a_divergence_on_the_processed_logits(tiny_llama):
+    from app.engine.identity import logits_at
+
+    target = load_models(*map(str, tiny_llama)).target
+    context, repetition = [5, 9, 5, 9, 5], RepetitionSettings(1.3, 2)
+    raw = logits_at(target, context)
+    processed = logits_at(target, context, repetition)
+    assert torch.equal(processed, process_rows(raw[None], torch.tensor(context), [torch.tensor([])], repetition)[0])
+    assert processed[9] == -math.inf and raw[9] != -math.inf
+
+
 # ---- whole generations -----------------------------------------------------------------------------
 
 
