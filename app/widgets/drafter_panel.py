@@ -34,6 +34,10 @@ from app.widgets.fields import spin_box
 THROTTLE_MS = 120
 VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
 NAME_ROLE = Qt.ItemDataRole.UserRole
+REPETITION_PENALTY_TIP = ("Repetition penalty: the logits of tokens already in the text are divided by it (negative "
+                          "ones multiplied), for target and drafter alike under every rule; 1.00 is off.")
+NO_REPEAT_NGRAM_TIP = ("No-repeat n-gram size n: a token that would repeat an n-gram already in the text is never "
+                       "chosen, for target and drafter alike under every rule; off at 0.")
 
 
 class DrafterPanel(QWidget):
@@ -123,6 +127,19 @@ class DrafterPanel(QWidget):
         column.addLayout(rules)
         column.addWidget(self.sampling_form)
         column.addWidget(self.asd_form)
+        self._build_repetition(column)
+
+    def _build_repetition(self, column: QVBoxLayout) -> None:
+        """Repetition penalty and no-repeat n-gram: under every rule, on target and drafter alike."""
+        self.repetition_penalty = spin_box(1.0, 2.0, 1.0, REPETITION_PENALTY_TIP, step=0.05)
+        self.repetition_penalty.setDecimals(2)
+        self.no_repeat_ngram = spin_box(0, 10, 0, NO_REPEAT_NGRAM_TIP)
+        self.no_repeat_ngram.setSpecialValueText("off")  # shown at 0
+        for spin in (self.repetition_penalty, self.no_repeat_ngram):
+            spin.valueChanged.connect(self._edited)
+        self.repetition_form = _form(("Repetition penalty", self.repetition_penalty),
+                                     ("No-repeat n-gram", self.no_repeat_ngram))
+        column.addWidget(self.repetition_form)
 
     # --- state -------------------------------------------------------------------
     def set_available(self, available: tuple[str, ...], num_layers: int, default_exit: int) -> None:
@@ -208,6 +225,7 @@ class DrafterPanel(QWidget):
             drafters=self.checked_drafters(), k=self.k_spin.value(), adaptive_k=self.adaptive_k.isChecked(),
             verify=self.rule,
             sampling=dict(temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value()),
+            repetition=dict(penalty=self.repetition_penalty.value(), no_repeat_ngram=self.no_repeat_ngram.value()),
             asd=dict(budget=self.budget.value(), gate=self.gate.value(), cap=self.cap.value()),
             options=dict(layer_skip_exit=self.exit_layer.value()),
         )
@@ -228,6 +246,7 @@ class DrafterPanel(QWidget):
         self.temperature.setValue(settings.sampling.temperature)
         self.top_k.setValue(settings.sampling.top_k)
         self.top_p.setValue(settings.sampling.top_p)
+        self._show_repetition(settings)
         self.budget.setValue(settings.asd.budget)
         self.gate.setValue(settings.asd.gate)
         self.cap.setValue(settings.asd.cap)
@@ -238,6 +257,14 @@ class DrafterPanel(QWidget):
             widget.blockSignals(False)
         self._check_chain(settings.drafters)
         self._sync_enabled()
+
+    def _show_repetition(self, settings: DecodeSettings) -> None:
+        repetition = settings.repetition
+        for spin, value in ((self.repetition_penalty, repetition.penalty),
+                            (self.no_repeat_ngram, repetition.no_repeat_ngram)):
+            spin.blockSignals(True)
+            spin.setValue(value)
+            spin.blockSignals(False)
 
     def show_error(self, message: str | None) -> None:
         self.error.setText(message or "")
