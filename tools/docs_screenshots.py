@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Render the pictures in docs/ from real runs of the bundled models, at the two window sizes the project
 checks (1600x1000 and 1024x700): the main window after a fallback-chain run (the README shows the
-1600x1000 one), the pass inspector at a sampled rejection, and the theory explorer after a draft-model run.
+1600x1000 one), the pass inspector at a sampled rejection and at a token-tree pass, and the theory explorer after a
+draft-model run.
 
     python tools/docs_screenshots.py            # writes into docs/
     python tools/docs_screenshots.py --out DIR  # anywhere else, e.g. to compare before committing
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = LocalEngine.load(dict(DEFAULT_REQUEST))
     args.out.mkdir(parents=True, exist_ok=True)
     for width, height in SIZES:
-        for name, show in (("window", show_window), ("inspector", show_inspector), ("theory", show_theory)):
+        for name, show in (("window", show_window), ("inspector", show_inspector), ("tree", show_tree),
+                           ("theory", show_theory)):
             path = args.out / f"{name}-{width}x{height}.png"
             render(app, engine, (width, height), show, path)
             print(path)
@@ -84,6 +86,19 @@ def show_inspector(app, window) -> None:
     rows = [i for i, e in enumerate(window.session.passes) if e.appended is not None and e.appended.kind == "resampled"
             and e.detail is not None and e.detail.residual]
     window.token_view.select_pass(rows[0])  # a sampled rejection: the residual chart is drawn
+
+
+def show_tree(app, window) -> None:
+    from app.launch import run_to_end
+    from app.widgets.tree_view import branch_count
+
+    ready_prompt(window, lambda r: r.drafters == ("draft-model",) and r.verify == "greedy", 60)
+    window.drafters.tree.setChecked(True)  # the default budget: 16 nodes, K levels deep
+    run_to_end(app, window)
+    passes = window.session.passes
+    rows = [i for i, e in enumerate(passes) if e.tree]
+    # the longest accepted path, then the most branches: a tree that shows what it bought
+    window.token_view.select_pass(max(rows, key=lambda i: (len(passes[i].path or ()), branch_count(passes[i].tree))))
 
 
 def show_theory(app, window) -> None:

@@ -13,6 +13,12 @@ drafted token outlined, and at the first rejection under sampling the
 residual norm(max(0, p - q)) in which the sampled replacement always has a
 bar of its own (outlined).
 
+A pass that verified a token tree shows the tree above the table
+(`app.widgets.tree_view`): every node, the accepted path and the appended
+token. The table's rows are then the tree's main line (the path, then the
+first rejected child at its end); selecting a row outlines its node, and
+clicking a node of the main line selects its row.
+
 Every number comes from the event (see `app.engine.explain.inspect_pass`);
 cells keep the exact float in `VALUE_ROLE` so tests can compare them.
 """
@@ -45,6 +51,8 @@ from app.engine.events import PassEvent, TokenProb
 from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
 from app.widgets import scrolled
 from app.widgets import token_style as ts
+from app.widgets.token_style import number_text, token_label
+from app.widgets.tree_view import APPENDED, TreeView, main_line
 
 VALUE_ROLE = Qt.ItemDataRole.UserRole
 P_COLOUR = "#0072B2"  # target
@@ -57,24 +65,7 @@ COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argm
  COL_CAP, COL_COST, COL_VERDICT) = range(len(COLUMNS))
 SAMPLING_ONLY = (COL_RATIO, COL_ACCEPT, COL_U)  # under greedy / ASD, p/q decides nothing
 ASD_ONLY = (COL_REGRET, COL_SUFFIX, COL_GATE, COL_CAP, COL_COST)
-TOKEN_LABEL_CHARS = 10
 OTHERS = "others"  # the residual mass of every token without a bar (short: a long tick label is dropped)
-
-
-def number_text(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:.4g}"
-
-
-def token_label(text: str, token_id: int) -> str:
-    """Visible text of a token: whitespace made visible, empty (partial UTF-8) tokens shown by id."""
-    if not text:
-        return f"#{token_id}"
-    shown = text.replace("\n", "↵").replace("\t", "⇥")
-    if shown.startswith(" "):
-        shown = "␣" + shown[1:]
-    return shown if len(shown) <= TOKEN_LABEL_CHARS else shown[: TOKEN_LABEL_CHARS - 1] + "…"
 
 
 class BarChart(pg.PlotWidget):
@@ -199,6 +190,9 @@ class PassInspector(QWidget):
         self.header = _wrapping_label("Click a token in the text (or Step a paused run) to inspect its pass.")
         self.block = _wrapping_label("")
         self.block.setTextFormat(Qt.TextFormat.RichText)
+        self.tree_view = TreeView()  # tree passes only: every node, the accepted path and the appended token
+        self.tree_view.sig_node_clicked.connect(self._select_node)
+        self._row_nodes: dict[int, int] = {}  # tree passes: table row -> its box in the tree
         self.table = self._build_table()
         self.strip = AcceptStrip()
         self.strip.setToolTip("Under sampling a draft is kept iff the uniform draw u (dot) is at most "
@@ -236,7 +230,8 @@ class PassInspector(QWidget):
         top.addWidget(self.next_button)
         top.addWidget(self.header, 1)
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        words = self._column(self.block, self.table, self.strip, self.residual_title, self.ledger, self.paragraph)
+        words = self._column(self.block, self.tree_view, self.table, self.strip, self.residual_title, self.ledger,
+                             self.paragraph)
         charts = QWidget()
         chart_column = QVBoxLayout(charts)
         chart_column.setContentsMargins(0, 0, 0, 0)
@@ -275,6 +270,7 @@ class PassInspector(QWidget):
         self.inspection = None
         self.table.setRowCount(0)
         self.block.setText("")
+        self._show_tree(None)
         self.bars.show_bars([], {}, None)
         self.strip.set_values(None, None)
         self._show_residual(None)
@@ -312,6 +308,7 @@ class PassInspector(QWidget):
         self.inspection = inspection = inspect_pass(event)
         self.header.setText(_header_text(event))
         self.block.setText(self._block_html(event))
+        self._show_tree(event)
         self._fill_table(inspection)
         self._show_residual(inspection)
         self._show_ledger(inspection)
@@ -333,13 +330,36 @@ class PassInspector(QWidget):
             return inspection.first_rejection
         return len(inspection.positions)
 
-    # --- the draft block ---------------------------------------------------------------
+    # --- the draft block and the tree ------------------------------------------------------
     def _block_html(self, event: PassEvent) -> str:
         dark = ts.is_dark(self.palette())
         chips = [_chip(t.text, t.id, t.outcome, dark) for t in event.drafted]
         if event.appended is not None:
             chips.append("→ " + _chip(event.appended.text, event.appended.id, event.appended.kind, dark))
-        return "Draft block: " + " ".join(chips) if chips else ""
+        if not chips:
+            return ""
+        if event.tree is not None:  # the table's rows: the tree's main line
+            return "Main line (the path, then its first rejection): " + " ".join(chips)
+        return "Draft block: " + " ".join(chips)
+
+    def _show_tree(self, event: PassEvent | None) -> None:
+        """The tree of a tree pass above the table; a chain pass shows none."""
+        self._row_nodes = {}
+        if event is None or event.tree is None:
+            self.tree_view.clear()
+            self.tree_view.hide()
+            return
+        self._row_nodes = dict(enumerate(main_line(event)))
+        if event.appended is not None:
+            self._row_nodes[len(event.drafted)] = APPENDED  # the table's last row
+        self.tree_view.show_pass(event, self._text_of)
+        self.tree_view.show()
+
+    def _select_node(self, key: int) -> None:
+        """A box of the tree was clicked: select its table row if it is on the main line."""
+        row = next((row for row, node in self._row_nodes.items() if node == key), None)
+        if row is not None:
+            self.table.selectRow(row)
 
     # --- the table ------------------------------------------------------------------------
     def _fill_table(self, inspection: PassInspection) -> None:
@@ -438,6 +458,8 @@ class PassInspector(QWidget):
         labels, values, highlight = self._union_bars(p_top, q_top, chosen)
         self.bars.show_bars(labels, values, highlight)
         self._show_strip(row)
+        if self.tree_view.pass_event is not None:
+            self.tree_view.select(self._row_nodes.get(row))
 
     def _show_strip(self, row: int) -> None:
         """The 0–1 strip of a drafted row under sampling; hidden for the appended token and other rules."""
@@ -511,6 +533,9 @@ def _wrapping_label(text: str) -> QLabel:
 
 def _header_text(event: PassEvent) -> str:
     drafter = event.drafter or "no drafter"
+    if event.tree is not None:
+        return (f"Pass {event.index} · {drafter} · token tree of {len(event.tree)} nodes, depth ≤ {event.k} · "
+                f"verify {event.verify} · {event.n_accepted} accepted, {len(event.committed_ids)} committed")
     return (f"Pass {event.index} · {drafter} · K = {event.k} · verify {event.verify} · "
             f"{len(event.drafted)} drafted, {event.n_accepted} accepted, {len(event.committed_ids)} committed")
 

@@ -11,6 +11,7 @@ view's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat, QTextFormat
@@ -20,6 +21,7 @@ from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, REJECTED, RESAMPLE
 # The view's own properties of text formats, one id each.
 OUTCOME_PROPERTY = QTextFormat.Property.UserProperty + 1  # char format: the outcome name of a token's text
 CONTINUES_PROPERTY = QTextFormat.Property.UserProperty + 2  # block format: a paragraph split only for speed
+TREE_MARK_PROPERTY = QTextFormat.Property.UserProperty + 3  # char format: a pass's branch count, not text
 PROMPT = "prompt"
 STYLE_NAMES = (PROMPT, ACCEPTED, REJECTED, RESAMPLED, BONUS, ASD_EXCEPTION, TARGET)
 
@@ -100,3 +102,22 @@ def make_formats(dark: bool) -> dict[str, QTextCharFormat]:
 def outcome_of(fmt: QTextCharFormat) -> str | None:
     value = fmt.property(OUTCOME_PROPERTY)
     return value if isinstance(value, str) else None
+
+
+TOKEN_LABEL_CHARS = 10
+
+
+def token_label(text: str, token_id: int) -> str:
+    """Visible text of a token: whitespace made visible, empty (partial UTF-8) tokens shown by id."""
+    if not text:
+        return f"#{token_id}"
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    if shown.startswith(" "):
+        shown = "␣" + shown[1:]
+    return shown if len(shown) <= TOKEN_LABEL_CHARS else shown[: TOKEN_LABEL_CHARS - 1] + "…"
+
+
+def number_text(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.4g}"

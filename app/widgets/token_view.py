@@ -9,21 +9,25 @@ Within a pass the order is: accepted drafts, the rejected drafts as struck
 ghost text (optional), then the target's token (resampled or bonus). Where
 the drafter, K or rule changed mid-run (`Session.changes`), a small marker
 (" ⟂ K 4 → 6 ") stands before the first pass under the new setting; it
-belongs to no token. The selected pass's highlight is laid again after each
-append, so it always ends where that pass ends.
+belongs to no token. A pass that verified a token tree of more than one
+branch ends with a small grey count of its branches (" ⋔11"); it belongs to
+no token either, and is left out when the text is copied. The selected
+pass's highlight is laid again after each append, so it always ends where
+that pass ends.
 """
 
 from __future__ import annotations
 
 import html
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
 from app.widgets import token_style as ts
+from app.widgets.tree_view import branch_count, tested_count
 
 GHOST_NEWLINE = "↵"
 # Qt lays out a whole paragraph again whenever text is appended to it, and
@@ -37,6 +41,7 @@ HARD_BLOCK = 2000
 CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
 CHANGE_COLOUR = "#D55E00"  # the change markers, as in the charts
+TREE_MARK = "⋔"  # before the branch count of a tree pass
 
 
 class TokenView(QPlainTextEdit):
@@ -61,6 +66,11 @@ class TokenView(QPlainTextEdit):
         self._marker_format.setForeground(QColor(CHANGE_COLOUR))
         self._marker_format.setFontWeight(700)
         self._marker_format.setToolTip("The drafter, K or verification rule changed here")
+        self._tree_format = QTextCharFormat()
+        self._tree_format.setProperty(ts.TREE_MARK_PROPERTY, True)
+        self._tree_format.setForeground(QColor("#a0a0a0"))
+        self._tree_format.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignSuperScript)
+        self._tree_format.setFontWeight(QFont.Weight.Normal)
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -76,8 +86,9 @@ class TokenView(QPlainTextEdit):
         self._starts: list[int] = []  # document offset where each token starts
         self._refs: list[tuple[int, int]] = []  # (row in session.passes, drafted slot or -1 = appended)
         self._rendered = 0  # passes rendered so far
-        self._marks: list[int] = []  # document offsets where change markers (not tokens) start
+        self._marks: list[int] = []  # document offsets where markers (not tokens) start: changes and trees
         self._mark_lengths: list[int] = []
+        self._mark_passes: list[int | None] = []  # a tree marker's row in session.passes; None: a change marker
         self._changes_shown = 0  # Session.changes already marked
         self._selected_row: int | None = None  # the highlighted pass
         self._prompt_shown = False
@@ -137,6 +148,8 @@ class TokenView(QPlainTextEdit):
                     self._insert(row, slot, token.text.replace("\n", GHOST_NEWLINE), ts.REJECTED)
         if event.appended is not None:
             self._insert(row, -1, event.appended.text, event.appended.kind)
+        if event.tree is not None and branch_count(event.tree) > 1:
+            self._insert_mark(f"{TREE_MARK}{branch_count(event.tree)}", self._tree_format, row)
 
     def _insert_change_marker(self, row: int) -> None:
         """Mark where a setting changed: before the first pass under the new one."""
@@ -145,10 +158,13 @@ class TokenView(QPlainTextEdit):
             change = changes[self._changes_shown]
             self._changes_shown += 1
             if change.row == row:
-                text = f" ⟂ {change.text} "
-                self._marks.append(self._cursor.position())
-                self._mark_lengths.append(len(text.encode("utf-16-le")) // 2)  # document positions: UTF-16
-                self._cursor.insertText(text, self._marker_format)
+                self._insert_mark(f" ⟂ {change.text} ", self._marker_format, None)
+
+    def _insert_mark(self, text: str, char_format: QTextCharFormat, tree_row: int | None) -> None:
+        self._marks.append(self._cursor.position())
+        self._mark_lengths.append(len(text.encode("utf-16-le")) // 2)  # document positions: UTF-16
+        self._mark_passes.append(tree_row)
+        self._cursor.insertText(text, char_format)
 
     def _insert(self, row: int, slot: int, text: str, style: str) -> None:
         if not text:
@@ -184,14 +200,39 @@ class TokenView(QPlainTextEdit):
 
     def selected_text(self) -> str:
         cursor = self.textCursor()
-        pieces = cursor.selectedText().split(PARAGRAPH_SEPARATOR)
-        block = self.document().findBlock(cursor.selectionStart()).next()
+        start, end = cursor.selectionStart(), cursor.selectionEnd()
+        pieces = self._text_without_tree_marks(start, end).split(PARAGRAPH_SEPARATOR)
+        block = self.document().findBlock(start).next()
         joined = [pieces[0]]
         for piece in pieces[1:]:  # one piece per paragraph the selection reaches, in order
             joined.append("" if block.blockFormat().boolProperty(CONTINUES) else "\n")
             joined.append(piece)
             block = block.next()
         return "".join(joined)
+
+    def _text_without_tree_marks(self, start: int, end: int) -> str:
+        """The document's text from `start` to `end` (paragraphs separated as in selectedText), tree marks left out."""
+        cursor = QTextCursor(self.document())
+        pieces, at = [], start
+        first = max(bisect_left(self._marks, start) - 1, 0)
+        for mark, length, tree_row in zip(self._marks[first:], self._mark_lengths[first:], self._mark_passes[first:],
+                                          strict=True):
+            if mark >= end:
+                break
+            if tree_row is None or mark + length <= at:
+                continue
+            pieces.append(self._text_of_range(cursor, at, max(at, mark)))
+            at = min(end, mark + length)
+        pieces.append(self._text_of_range(cursor, at, end))
+        return "".join(pieces)
+
+    @staticmethod
+    def _text_of_range(cursor: QTextCursor, start: int, end: int) -> str:
+        if end <= start:
+            return ""
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        return cursor.selectedText()
 
     # --- lookup ----------------------------------------------------------------
     @property
@@ -213,13 +254,24 @@ class TokenView(QPlainTextEdit):
 
     def change_marks(self) -> list[str]:
         """The text of each change marker shown (for tests)."""
-        shown = []
-        for start, length in zip(self._marks, self._mark_lengths, strict=True):
-            cursor = QTextCursor(self.document())
-            cursor.setPosition(start)
-            cursor.setPosition(start + length, QTextCursor.MoveMode.KeepAnchor)
-            shown.append(cursor.selectedText().strip())
-        return shown
+        return self._mark_texts(tree=False)
+
+    def tree_marks(self) -> list[str]:
+        """The text of each tree pass's branch count shown (for tests)."""
+        return self._mark_texts(tree=True)
+
+    def _mark_texts(self, tree: bool) -> list[str]:
+        cursor = QTextCursor(self.document())
+        return [self._text_of_range(cursor, start, start + length).strip()
+                for start, length, tree_row in zip(self._marks, self._mark_lengths, self._mark_passes, strict=True)
+                if (tree_row is not None) == tree]
+
+    def _tree_mark_at(self, position: int) -> int | None:
+        """The pass row of the tree marker covering document offset `position`, if any."""
+        i = bisect_right(self._marks, position) - 1
+        if i < 0 or self._mark_passes[i] is None or position >= self._marks[i] + self._mark_lengths[i]:
+            return None
+        return self._mark_passes[i]
 
     def token_info(self, index: int) -> tuple[PassEvent, DraftedToken | AppendedToken]:
         row, slot = self._refs[index]
@@ -227,22 +279,28 @@ class TokenView(QPlainTextEdit):
         return event, (event.appended if slot < 0 else event.drafted[slot])
 
     def _token_under(self, pos) -> int | None:
+        return self.token_at(self._position_under(pos))
+
+    def _position_under(self, pos) -> int:
         cursor = self.cursorForPosition(pos)
         position = cursor.position()
         # cursorForPosition snaps to the nearest boundary; step back when the
         # mouse is on the left half of the character after it.
         if self.cursorRect(cursor).center().x() > pos.x() and position > 0:
             position -= 1
-        return self.token_at(position)
+        return position
 
     # --- interaction -----------------------------------------------------------
     def viewportEvent(self, event) -> bool:
         if event.type() == QEvent.Type.ToolTip:
             index = self._token_under(event.pos())
-            if index is None:
-                QToolTip.hideText()
-            else:
+            tree_row = None if index is not None else self._tree_mark_at(self._position_under(event.pos()))
+            if index is not None:
                 QToolTip.showText(event.globalPos(), tooltip_text(*self.token_info(index)), self.viewport())
+            elif tree_row is not None:
+                QToolTip.showText(event.globalPos(), tree_text(self._session.passes[tree_row]), self.viewport())
+            else:
+                QToolTip.hideText()
             return True
         return super().viewportEvent(event)
 
@@ -325,9 +383,10 @@ def _lower_bound(seq, value: int) -> int:
 def tooltip_text(event: PassEvent, token: DraftedToken | AppendedToken) -> str:
     """What a hover shows: who proposed it, in which pass, and the numbers behind the verdict."""
     shown = f"<b>{html.escape(repr(token.text))}</b>"
+    tree = [tree_text(event)] if event.tree is not None else []
     if isinstance(token, AppendedToken):
         return "<br>".join([f"{shown} — {ts.LABELS.get(token.kind, token.kind)} (from the target)",
-                            f"pass {event.index} · verify {event.verify}", f"p(x) = {token.p:.4f}"])
+                            f"pass {event.index} · verify {event.verify}", f"p(x) = {token.p:.4f}"] + tree)
     q = "one-hot (deterministic drafter)" if token.q is None else f"{token.q:.4f}"
     lines = [f"{shown} — {ts.LABELS.get(token.outcome, token.outcome)}",
              f"drafter {html.escape(str(event.drafter))} · pass {event.index} · verify {event.verify}",
@@ -335,7 +394,14 @@ def tooltip_text(event: PassEvent, token: DraftedToken | AppendedToken) -> str:
              f"acceptance min(1, p/q) = {_acceptance(token):.4f}"]
     if token.regret is not None:
         lines.append(f"ASD regret = {token.regret:.4f}")
-    return "<br>".join(lines)
+    return "<br>".join(lines + tree)
+
+
+def tree_text(event: PassEvent) -> str:
+    """A tree pass in one line: its size, branches and how far the target tested it."""
+    tree = event.tree or ()
+    return (f"token tree of pass {event.index}: {len(tree)} nodes, {branch_count(tree)} branches, "
+            f"{tested_count(tree)} tested by the target, {len(event.path or ())} accepted")
 
 
 def _acceptance(token: DraftedToken) -> float:
