@@ -69,7 +69,11 @@ class SettingsModel(QObject):
         self.push()
 
     def use(self, **changes) -> DecodeSettings | None:
-        """The live settings with these changes (a ready prompt's set-up), shown and pushed; None if invalid."""
+        """The live settings with these changes (a ready prompt's set-up), shown and pushed; None if invalid.
+
+        An ASD set-up turns a token tree off (ASD is a chain rule); the panel keeps its toggle for later."""
+        if changes.get("verify") == "asd":
+            changes.setdefault("tree", None)
         try:
             settings = self.live.get().with_changes(**changes)
         except SettingsError as error:

@@ -1,10 +1,14 @@
-"""Drafter chain, K and the verification rule: every control applies live, at the next pass.
+"""Drafter chain, K, the token tree and the verification rule: every control applies live, at the next pass.
 
 Edits are coalesced by a short single-shot timer (a dragged slider makes one
 settings value, not fifty), then `sig_changed` fires; the window's settings
 model (app/settings_model.py) builds a validated DecodeSettings with
 `settings_from` and shows any SettingsError inline with `show_error` instead
 of raising. `apply` and `set_available` emit nothing: their caller pushes.
+
+The token tree (docs/ALGORITHMS.md §9) is a toggle and a node budget N
+beside K, which is then the tree's depth limit. ASD is a chain rule, so the
+tree is off (its controls disabled, their state kept) while ASD verifies.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.drafters.registry import DRAFTER_LABELS
-from app.engine.settings import MAX_K, DecodeSettings
+from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_LABELS
+from app.engine.settings import MAX_K, MAX_TREE_NODES, DecodeSettings
 from app.widgets.fields import spin_box
 
 THROTTLE_MS = 120
@@ -38,6 +42,14 @@ REPETITION_PENALTY_TIP = ("Repetition penalty: the logits of tokens already in t
                           "ones multiplied), for target and drafter alike under every rule; 1.00 is off.")
 NO_REPEAT_NGRAM_TIP = ("No-repeat n-gram size n: a token that would repeat an n-gram already in the text is never "
                        "chosen, for target and drafter alike under every rule; off at 0.")
+TREE_NODES = 16  # the node budget N a tree starts with
+TREE_SLIDER = (4, 64)  # the slider's span of N; the spin box takes 1 to MAX_TREE_NODES
+K_CHAIN_TIP = "K: tokens drafted per pass"
+K_TREE_TIP = "K: the token tree's depth limit (its longest branch); N limits how many nodes it has"
+TREE_TIP = ("Draft a tree of continuations of at most N nodes and verify it in one target forward; "
+            "K is then its depth limit. Applies from the next pass.")
+TREE_ASD_TIP = ("ASD is a chain rule: its regret ledger follows one line of drafts, so the token tree is off "
+                "while ASD verifies. Choose Greedy or Sampling to use it.")
 
 
 class DrafterPanel(QWidget):
@@ -85,22 +97,50 @@ class DrafterPanel(QWidget):
         self._fit_rows()
 
     def _build_k(self) -> None:
-        self.k_spin = QSpinBox()
-        self.k_spin.setRange(1, MAX_K)
-        self.k_slider = QSlider(Qt.Orientation.Horizontal)
-        self.k_slider.setRange(1, 16)
-        self.k_spin.valueChanged.connect(self._k_from_spin)
-        self.k_slider.valueChanged.connect(self.k_spin.setValue)
+        self.k_label = QLabel("K")
+        self.k_spin, self.k_slider, row = self._spin_and_slider(self.k_label, (1, MAX_K), (1, 16), 1)
         self.adaptive_k = QCheckBox("Adaptive K (+2 when all accepted, -1 otherwise)")
         self.adaptive_k.toggled.connect(self._edited)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("K"))
-        row.addWidget(self.k_slider, 1)
-        row.addWidget(self.k_spin)
+        self.tree = QCheckBox("Token tree")
+        self.tree.setToolTip(TREE_TIP)
+        self.tree.toggled.connect(self._edited)
+        self.tree_label = QLabel("nodes N")
+        self.tree_nodes, self.tree_slider, tree_row = self._spin_and_slider(self.tree_label, (1, MAX_TREE_NODES),
+                                                                            TREE_SLIDER, TREE_NODES)
+        tree_row.insertWidget(0, self.tree)
+        self.tree_note = QLabel()  # why the tree is off, or that the checked drafters propose one branch
+        self.tree_note.setWordWrap(True)
+        self.tree_note.setStyleSheet("color: #6b6b6b;")
         self.k_box = QGroupBox("Draft length")
         column = QVBoxLayout(self.k_box)
         column.addLayout(row)
         column.addWidget(self.adaptive_k)
+        column.addLayout(tree_row)
+        column.addWidget(self.tree_note)
+
+    def _spin_and_slider(self, label: QLabel, spin_range: tuple[int, int], slider_range: tuple[int, int],
+                         value: int) -> tuple[QSpinBox, QSlider, QHBoxLayout]:
+        """A spin box over the whole range and a slider over its usual part, kept in step; edits apply live."""
+        spin = QSpinBox()
+        spin.setRange(*spin_range)
+        spin.setValue(value)
+        slider = QSlider(Qt.Orientation.Horizontal)
+        slider.setRange(*slider_range)
+        slider.setValue(value)
+
+        def from_spin(value: int) -> None:
+            slider.blockSignals(True)
+            slider.setValue(min(max(value, slider.minimum()), slider.maximum()))
+            slider.blockSignals(False)
+            self._edited()
+
+        spin.valueChanged.connect(from_spin)
+        slider.valueChanged.connect(spin.setValue)
+        row = QHBoxLayout()
+        row.addWidget(label)
+        row.addWidget(slider, 1)
+        row.addWidget(spin)
+        return spin, slider, row
 
     def _build_verify(self) -> None:
         self.rule_buttons = QButtonGroup(self)
@@ -223,12 +263,17 @@ class DrafterPanel(QWidget):
         """The fields of DecodeSettings this panel owns, for `DecodeSettings.with_changes`."""
         return dict(
             drafters=self.checked_drafters(), k=self.k_spin.value(), adaptive_k=self.adaptive_k.isChecked(),
-            verify=self.rule,
+            verify=self.rule, tree=self.tree_nodes.value() if self.tree_on else None,
             sampling=dict(temperature=self.temperature.value(), top_k=self.top_k.value(), top_p=self.top_p.value()),
             repetition=dict(penalty=self.repetition_penalty.value(), no_repeat_ngram=self.no_repeat_ngram.value()),
             asd=dict(budget=self.budget.value(), gate=self.gate.value(), cap=self.cap.value()),
             options=dict(layer_skip_exit=self.exit_layer.value()),
         )
+
+    @property
+    def tree_on(self) -> bool:
+        """The tree is checked and the rule can verify one (ASD cannot)."""
+        return self.tree.isChecked() and self.rule != "asd"
 
     def settings_from(self, base: DecodeSettings) -> DecodeSettings:
         """A validated settings value; raises SettingsError (shown with `show_error`)."""
@@ -237,11 +282,17 @@ class DrafterPanel(QWidget):
     def apply(self, settings: DecodeSettings) -> None:
         """Show `settings` in the controls without emitting any change (the caller pushes them)."""
         widgets = (self.k_spin, self.k_slider, self.adaptive_k, self.temperature, self.top_k, self.top_p,
-                   self.budget, self.gate, self.cap, self.rule_buttons, self.exit_layer)
+                   self.budget, self.gate, self.cap, self.rule_buttons, self.exit_layer, self.tree, self.tree_nodes,
+                   self.tree_slider)
         for widget in widgets:
             widget.blockSignals(True)
         self.k_spin.setValue(settings.k)
         self.k_slider.setValue(min(settings.k, self.k_slider.maximum()))
+        if settings.verify != "asd":  # under ASD the tree is off whatever the toggle says: keep the user's choice
+            self.tree.setChecked(settings.tree is not None)
+        if settings.tree is not None:
+            self.tree_nodes.setValue(settings.tree)
+            self.tree_slider.setValue(min(max(settings.tree, self.tree_slider.minimum()), self.tree_slider.maximum()))
         self.adaptive_k.setChecked(settings.adaptive_k)
         self.temperature.setValue(settings.sampling.temperature)
         self.top_k.setValue(settings.sampling.top_k)
@@ -271,12 +322,6 @@ class DrafterPanel(QWidget):
         self.error.setVisible(bool(message))
 
     # --- reactions -----------------------------------------------------------------
-    def _k_from_spin(self, k: int) -> None:
-        self.k_slider.blockSignals(True)
-        self.k_slider.setValue(min(k, self.k_slider.maximum()))
-        self.k_slider.blockSignals(False)
-        self._edited()
-
     def _edited(self, *args) -> None:
         self._sync_enabled()
         self._throttle.start()
@@ -291,6 +336,35 @@ class DrafterPanel(QWidget):
         self.sampling_form.setEnabled(self.rule == "sample")
         self.asd_form.setEnabled(self.rule == "asd")
         self.exit_layer.setEnabled("layer-skip" in self.checked_drafters())
+        self._sync_tree()
+
+    def _sync_tree(self) -> None:
+        """The tree's controls: off under ASD (saying why), K named the depth limit while the tree is on."""
+        asd = self.rule == "asd"
+        self.tree.setEnabled(not asd)
+        for widget in (self.tree_label, self.tree_nodes, self.tree_slider):
+            widget.setEnabled(self.tree_on)
+        note = self._tree_note(asd)
+        self.tree_note.setText(note)
+        self.tree_note.setVisible(bool(note))
+        self.tree.setToolTip(TREE_ASD_TIP if asd else f"{TREE_TIP} {note}".strip())
+        tip = "N: the most draft tokens one pass verifies (4 to 64 is the useful span; 1 to 256 allowed)"
+        for widget in (self.tree_label, self.tree_nodes, self.tree_slider):
+            widget.setToolTip(TREE_ASD_TIP if asd else tip)
+        self.k_label.setText("K (depth)" if self.tree_on else "K")
+        for widget in (self.k_label, self.k_spin, self.k_slider):
+            widget.setToolTip(K_TREE_TIP if self.tree_on else K_CHAIN_TIP)
+
+    def _tree_note(self, asd: bool) -> str:
+        if asd and self.tree.isChecked():
+            return "The token tree is off while ASD verifies: ASD is a chain rule."
+        chain = self.checked_drafters()
+        if not self.tree_on or not chain or any(name in BRANCHING_DRAFTERS for name in chain):
+            return ""
+        names = ", ".join(DRAFTER_LABELS.get(name, name) for name in chain)
+        one = len(chain) == 1
+        return (f"The checked drafter{'' if one else 's'} ({names}) propose{'s' if one else ''} one branch: "
+                "the tree is a chain.")
 
 
 def _form(*rows) -> QWidget:
