@@ -10,13 +10,16 @@ cumulative ones are the engine's own (`event.stats`), the per-drafter, rolling
 and per-position ones are computed here by the same classes. alpha = accepted /
 (accepted + passes that ended in a rejection), the α of E(α, K); the acceptance
 rate = accepted / drafted; c = draft time per drafted token over one target
-forward of one token; K = drafts per pass.
+forward of one token; K = drafts per pass. The theory of a tree pass is its
+tree's expected tokens per pass under the rank-wise i.i.d. model (§9.4),
+from the acceptance by sibling rank over the run's passes so far.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +38,12 @@ from app.engine.events import (
 )
 from app.engine.stats import (
     PositionAcceptance,
+    RankAcceptance,
     RollingAcceptance,
     expected_tokens_per_pass,
+    expected_tree_tokens,
     predicted_speedup,
+    rank_paths,
     speedup_with_verify_cost,
 )
 
@@ -144,6 +150,7 @@ class Session(QObject):
         self.by_drafter: dict[str, DrafterSeries] = {}
         self._overall = RollingAcceptance(ROLLING_PASSES)
         self.positions = PositionAcceptance()
+        self._ranks = RankAcceptance()  # P_r by sibling rank, for the expected tokens of tree passes
         self.changes: list[SettingChange] = []
         self._text_parts: list[str] = []
         self._tokens = 0
@@ -191,6 +198,10 @@ class Session(QObject):
             self.by_drafter.setdefault(event.drafter, DrafterSeries()).add(event)
         self._overall.add(event.drafted)
         self.positions.add(event.drafted)
+        if event.tree:
+            self._ranks.add_tree(event.tree)
+        else:
+            self._ranks.add_chain(event.drafted)
         self.series.append(self._pass_row(event))
 
     def _note_change(self, event: PassEvent) -> None:
@@ -215,8 +226,7 @@ class Session(QObject):
             "pass": event.index, "k": event.k, "drafted": len(event.drafted), "accepted": event.n_accepted,
             "committed": committed, "alpha_cum": alpha, "alpha_roll": self._overall.recent.alpha,
             "acceptance_rate": stats.acceptance_rate,
-            # the theory of this pass: its own K' (a plain step, K' = 0, commits exactly 1)
-            "expected_tokens": None if alpha is None else expected_tokens_per_pass(alpha, len(event.drafted)),
+            "expected_tokens": self._expected_tokens(event, alpha),
             "ledger_spent": event.ledger.spent, "budget": event.ledger.budget,
             "exceptions": event.ledger.exceptions, "draft_ms": event.timing.draft_ms,
             "verify_ms": event.timing.verify_ms, "total_ms": event.timing.total_ms,
@@ -226,6 +236,15 @@ class Session(QObject):
             "speedup_predicted_verify": None if alpha is None or c is None or v is None
             else speedup_with_verify_cost(alpha, k, c, v),
         }
+
+    def _expected_tokens(self, event: PassEvent, alpha: float | None) -> float | None:
+        """The theory of this pass: E(α, K') of its own K' (a plain step, K' = 0, commits exactly 1), or for a
+        tree pass 1 + the sum over its nodes of P(node accepted) (§9.4)."""
+        if alpha is None:
+            return None
+        if event.tree:
+            return expected_tree_tokens(self._ranks, Counter(rank_paths(event.tree)), 1)
+        return expected_tokens_per_pass(alpha, len(event.drafted))
 
     # --- summaries ---------------------------------------------------------
     @property

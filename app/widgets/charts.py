@@ -5,7 +5,8 @@ Every figure is read from the session, which has it from app/engine/stats.py
 ended in a rejection) per pass (rolling and cumulative, one colour per
 drafter) with the acceptance rate accepted / drafted dotted beside it; tokens
 per pass as bars with the theory line E(alpha, K') = (1 - alpha^(K'+1)) / (1 - alpha)
-of each pass's K'; the ASD regret ledger (spent against B, exceptions marked);
+of each pass's K' (for a token tree, 1 + the sum over its nodes of the chance
+each is accepted, §9.4); the ASD regret ledger (spent against B, exceptions marked);
 tokens/s; the estimated speedup tokens · t_T / time against the predicted
 E / (K c + 1) and E / (K c + v) with the measured c and verify cost v.
 
@@ -142,7 +143,7 @@ class RunCharts(QWidget):
         self.tokens_bars = self.tokens_plot.plot(stepMode="center", fillLevel=0, pen=pg.mkPen("#0072B2"),
                                                  brush=pg.mkBrush(0, 114, 178, 90))
         self.tokens_plot.legend_entries.append(("#0072B2", "▇", "committed"))
-        self.tokens_theory = self._line(self.tokens_plot, DASHED, "E(α, K)",
+        self.tokens_theory = self._line(self.tokens_plot, DASHED, "E(α, K); a tree: 1 + Σ P(node)",
                                         pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
 
         self.ledger_plot = self._plot(0, 2, "ASD regret ledger", "regret")
