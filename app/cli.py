@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from app import __version__
-from app.engine.drafters.registry import DRAFTER_NAMES, HEAD_FAMILIES
+from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
 from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
@@ -81,6 +81,9 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
                        help="verification rule: greedy (exact), sample (lossless sampling) or asd (approximate)")
     group.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
     group.add_argument("--adaptive-k", action="store_true", help="+2 after a fully accepted block, -1 otherwise")
+    group.add_argument("--tree", type=int, metavar="N",
+                       help="draft a token tree of at most N nodes, K levels deep, verified in one forward "
+                            f"(drafters that branch: {', '.join(BRANCHING_DRAFTERS)}); default: a chain")
     group.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (sample rule)")
     group.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens, 0 = off (sample rule)")
     group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (sample rule)")
@@ -140,6 +143,13 @@ def build_parser() -> CommandLineParser:
     bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
     bench.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="a progress bar with the time left on stderr (default: when stderr is a terminal)")
+    trees = bench.add_argument_group("chain against tree (--trees)")
+    trees.add_argument("--trees", action="store_true",
+                       help="compare each drafter's chain with its token trees (docs/ALGORITHMS.md §9) instead of "
+                            "the methods")
+    trees.add_argument("--tree-budgets", type=_number_list(int), help="node budgets N (default: 4,8,16,32)")
+    trees.add_argument("--tree-drafter", action="append", choices=DRAFTER_NAMES,
+                       help="drafters to compare, repeatable (default: draft-model, eagle, medusa, prompt-lookup)")
     asd = bench.add_argument_group("ASD sweep (--asd)")
     asd.add_argument("--asd", action="store_true",
                      help="sweep ASD's B, g and M for each drafter against strict greedy: speed and fidelity, "
@@ -203,9 +213,18 @@ def settings_from_args(args, summary=None):
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p), repetition=repetition_from_args(args),
         asd=AsdSettings(args.asd_budget, args.asd_gate, args.asd_cap),
         options=DrafterOptions(layer_skip_exit=args.exit_layer),
-        max_new_tokens=args.max_new_tokens, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, tree=args.tree,
     )
+    check_tree_drafters(settings)
     return settings if summary is None else with_default_drafters(settings, args, summary)
+
+
+def check_tree_drafters(settings) -> None:
+    """With --tree, every drafter named must be able to branch."""
+    chains_only = [name for name in settings.drafters if name not in BRANCHING_DRAFTERS]
+    if settings.tree is not None and chains_only:
+        raise SettingsError(f"--tree: {', '.join(chains_only)} cannot draft a tree; drafters that can: "
+                            f"{', '.join(BRANCHING_DRAFTERS)}")
 
 
 def with_default_drafters(settings, args, summary):
@@ -345,6 +364,8 @@ def run_bench(args, fail=None) -> int:
         hf_logging.disable_progress_bar()  # our bar is the one to watch
     if args.asd:
         return run_asd_sweep(args, prompts, fail)
+    if args.trees:
+        return run_tree_comparison(args, prompts, repeats)
     models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
     with ProgressBar(args.progress) as (progress, step):
         results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step,
@@ -363,6 +384,27 @@ def run_bench(args, fail=None) -> int:
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
         with open(args.json_path, "w") as out:
             out.write(bench.to_json(results, meta))
+    return 0
+
+
+def run_tree_comparison(args, prompts, repeats: int) -> int:
+    """`bench --trees`: each drafter's chain against its trees (app/engine/tree_bench.py)."""
+    import json
+    from dataclasses import asdict
+
+    from app.engine import tree_bench
+    from app.engine.loading import load_models
+
+    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
+    with ProgressBar(args.progress) as (progress, step):
+        results = tree_bench.compare(models, prompts, args.tree_drafter or tree_bench.DRAFTERS,
+                                     args.tree_budgets or tree_bench.BUDGETS, k=args.k, repeats=repeats,
+                                     progress=progress, step=step)
+    print(tree_bench.table(results, markdown=args.markdown))
+    if args.json_path:
+        with open(args.json_path, "w") as out:
+            json.dump({"k": args.k, "repeats": repeats, "prompts": [p.name for p in prompts],
+                       "results": [asdict(r) for r in results]}, out, indent=1)
     return 0
 
 
@@ -484,10 +526,13 @@ def main(argv: list[str] | None = None) -> int:
             render_screenshot(args.path, prompt=args.prompt, target=args.target, draft=args.draft_model,
                               size=args.size)
             return 0
+        from app.engine.remote import EngineProcessStarter  # neither torch nor Qt
+
+        engines = EngineProcessStarter()  # first: the engine imports torch while the window imports Qt and starts
         from app.launch import run_gui
 
         return run_gui(sys.argv[:1], target=getattr(args, "target", None), draft=getattr(args, "draft_model", None),
-                       device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))
+                       device=getattr(args, "device", None), dtype=getattr(args, "dtype", None), engines=engines)
     except Exception as exc:
         from app.engine.errors import EngineError
 

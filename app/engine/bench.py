@@ -120,9 +120,10 @@ def timed_generation(decoder: SpeculativeDecoder, prompt: str,
 
 
 def ours(decoder: SpeculativeDecoder, drafters: tuple[str, ...], k: int,
-         repetition: RepetitionSettings = NO_REPETITION):
+         repetition: RepetitionSettings = NO_REPETITION, tree: int | None = None):
     def generate(prompt: BenchPrompt) -> Run:
-        settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens, repetition=repetition)
+        settings = DecodeSettings(drafters=drafters, k=k, max_new_tokens=prompt.max_new_tokens, repetition=repetition,
+                                  tree=tree)
         events, seconds, end = timed_generation(decoder, prompt.prompt, settings)
         return Run(list(end.token_ids), seconds, [e for e in events if isinstance(e, PassEvent)],
                    end.stats.target_forward_ms)

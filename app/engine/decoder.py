@@ -15,17 +15,28 @@ pause and step requests of a `GenerationControl` are honoured between passes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from app.engine.cached_model import CachedModel
 from app.engine.detok import StreamDetokenizer
-from app.engine.drafters.base import Draft, Drafter
+from app.engine.drafters.base import Draft, Drafter, can_branch
 from app.engine.drafters.registry import build_drafter, drafter_config
 from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
-from app.engine.events import AsdSummary, EndEvent, EndReason, Event, Ledger, NoticeEvent, PassEvent, StartEvent
+from app.engine.events import (
+    AsdSummary,
+    EndEvent,
+    EndReason,
+    Event,
+    Ledger,
+    NoticeEvent,
+    PassEvent,
+    StartEvent,
+    TreeNode,
+)
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.pass_events import (
     AsdBlockStart,
@@ -36,10 +47,13 @@ from app.engine.pass_events import (
     drafted_tokens,
     pass_detail,
     token_texts,
+    tree_block,
+    tree_nodes,
 )
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from app.engine.stats import GenerationStats
+from app.engine.tree import TreeDraft, row_of, verification_parents, verify_tree_greedy, verify_tree_sampling
 from app.engine.verify import (
     Verdict,
     asd_charge,
@@ -50,6 +64,7 @@ from app.engine.verify import (
     verify_sampling,
 )
 
+Proposal = TypeVar("Proposal", Draft, TreeDraft)
 TIMED_FORWARDS = 3  # one-token target forwards timed before the first draft of a request (t_T, §7.5)
 NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is one plain decoding step
 
@@ -72,6 +87,7 @@ class _Request:
     asd_budget: float | None = None  # B of the last ASD pass; None if no pass ran under ASD
     passes: int = 0
     failed_drafters: set[str] = field(default_factory=set)
+    chains_only: bool = False  # the target cannot verify trees: tree settings draft chains (§9.3)
     notices: list[NoticeEvent] = field(default_factory=list)
 
     @property
@@ -109,7 +125,14 @@ class SpeculativeDecoder:
         if isinstance(live, DecodeSettings):
             live = LiveSettings(live)
         prompt_ids = self.encode_prompt(prompt, chat_template)
+        self._check_tree_budget(live.get(), len(prompt_ids))
         return self._run(prompt, prompt_ids, live, control or GenerationControl())
+
+    def _check_tree_budget(self, settings: DecodeSettings, prompt_tokens: int) -> None:
+        room = self._context_length - prompt_tokens
+        if settings.tree is not None and settings.tree > room:
+            raise SettingsError(f"the tree's node budget ({settings.tree}) is more than the context has left after "
+                                f"the prompt ({room} tokens): lower the budget or shorten the prompt")
 
     def encode_prompt(self, prompt: str, chat_template: bool = False) -> list[int]:
         if not isinstance(prompt, str) or not prompt.strip():
@@ -201,6 +224,8 @@ class SpeculativeDecoder:
         clock = PassClock(self.models.device)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator,
                                settings.repetition, req.ids)
+        if settings.tree is not None and k and self._can_verify_trees(req):
+            return self._tree_pass(req, settings, k, min(settings.tree, room), sampler, clock)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
         clock.mark_drafted()
         fed = torch.cat([req.ids, draft.tokens])
@@ -218,6 +243,55 @@ class SpeculativeDecoder:
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
         return event, reason
+
+    def _tree_pass(self, req: _Request, settings: DecodeSettings, depth: int, budget: int, sampler: TokenSampler,
+                   clock: PassClock) -> tuple[PassEvent | None, EndReason | None]:
+        """Draft a tree (at most `budget` nodes, `depth` levels), verify every node in one target forward with a
+        tree mask, keep the accepted path's cache entries (§9)."""
+        tree, drafter_name = self._draft_tree(req, settings, depth, budget, sampler)
+        clock.mark_drafted()
+        if self.target.length != req.ids.numel() - 1:
+            self.target.advance_to(req.ids[:-1], last=1)
+        logits = self.target.extend_tree(torch.cat([req.ids[-1:], tree.tokens]), verification_parents(tree))  # (n+1, V)
+        clock.mark_verified()
+        if sampler.repetition.active:  # each row for its own path (§4.5)
+            paths = [tree.tokens[:0]] + [tree.tokens[tree.path_to(node)] for node in range(len(tree))]
+            logits = sampler.process(logits, paths)
+        p = sampler.probs(logits)  # (n+1, V)
+        verdict = verify_tree_greedy(tree, logits) if sampler.is_greedy else \
+            verify_tree_sampling(tree, p, req.generator)
+        block = tree_block(tree, verdict, p)
+        commit, reason = self._clip(req, settings, block)
+        self.target.keep_path([0] + [row_of(node) for node in verdict.path[: commit.kept]])
+        nodes = tree_nodes(req.detok, tree, verdict, p, commit.kept) if len(tree) else None
+        event = self._pass_event(req, settings, block, commit, None, clock, drafter_name, depth, nodes,
+                                 verdict.path[: commit.kept] if nodes else None)
+        req.ids = torch.cat([req.ids, torch.tensor(event.committed_ids, dtype=torch.long)])
+        self._adapt_k(req, settings, len(block.drafts), verdict.n_accepted)
+        if reason is None and req.generated >= settings.max_new_tokens:
+            reason = "max_tokens"
+        return event, reason
+
+    def _can_verify_trees(self, req: _Request) -> bool:
+        """Whether the target takes a tree; if not, say so once and draft chains for the rest of the request."""
+        problem = self.target.tree_problem()
+        if problem is not None and not req.chains_only:
+            req.chains_only = True
+            req.notices.append(NoticeEvent("warning", f"{problem}: this generation drafts chains instead"))
+        return problem is None
+
+    def _draft_tree(self, req: _Request, settings: DecodeSettings, depth: int, budget: int,
+                    sampler: TokenSampler) -> tuple[TreeDraft, str | None]:
+        """The first drafter of the chain that proposes: a tree if it can branch, else its chain as a tree."""
+        def propose(drafter: Drafter, features: list[torch.Tensor] | None) -> TreeDraft | None:
+            if can_branch(drafter):
+                return drafter.propose_tree(req.ids, depth, budget, sampler, features)  # type: ignore[attr-defined]
+            draft = drafter.propose(req.ids, min(depth, budget), sampler, features)
+            return None if draft is None else TreeDraft.chain(draft.tokens[:depth],
+                                                              None if draft.q is None else draft.q[:depth])
+
+        tree, name = self._first_proposal(req, settings, propose)
+        return (tree, name) if tree is not None else (TreeDraft.chain(torch.empty(0, dtype=torch.long)), None)
 
     def _time_one_token_forwards(self, req: _Request) -> tuple[float, ...]:
         """TIMED_FORWARDS one-token target forwards in ms, samples of t_T (docs/ALGORITHMS.md §7.5).
@@ -289,19 +363,30 @@ class SpeculativeDecoder:
         """The first drafter of the chain that proposes something (none: an empty draft); failing ones are skipped."""
         if k == 0:
             return NO_DRAFT, None
+        draft, name = self._first_proposal(
+            req, settings, lambda drafter, features: drafter.propose(req.ids, k, sampler, features))
+        if draft is None:
+            return NO_DRAFT, None
+        return Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k]), name
+
+    def _first_proposal(self, req: _Request, settings: DecodeSettings,
+                        propose: Callable[[Drafter, list[torch.Tensor] | None], Proposal | None],
+                        ) -> tuple[Proposal | None, str | None]:
+        """What the first drafter of the chain that proposes something proposed, and its name; a drafter that
+        fails is reported and skipped for the rest of the request."""
         self._keep_target_features(req, settings)
         for name in settings.drafters:
             if name in req.failed_drafters:
                 continue
             try:
                 drafter = self._drafter(name, settings)
-                draft = drafter.propose(req.ids, k, sampler, self._features_for(drafter))
+                proposal = propose(drafter, self._features_for(drafter))
             except Exception as exc:  # noqa: BLE001 - a broken drafter must not end the generation
                 self._drop_drafter(req, name, exc)
                 continue
-            if draft is not None and len(draft):
-                return Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k]), name
-        return NO_DRAFT, None
+            if proposal is not None and len(proposal):
+                return proposal, name
+        return None, None
 
     def _drop_drafter(self, req: _Request, name: str, exc: Exception) -> None:
         req.failed_drafters.add(name)
@@ -355,20 +440,22 @@ class SpeculativeDecoder:
     # ---- events -----------------------------------------------------------------------------
 
     def _pass_event(self, req: _Request, settings: DecodeSettings, block: VerifiedBlock, commit: Commit,
-                    asd: AsdBlockStart | None, clock: PassClock, drafter_name: str | None, k: int) -> PassEvent:
+                    asd: AsdBlockStart | None, clock: PassClock, drafter_name: str | None, k: int,
+                    tree: tuple[TreeNode, ...] | None = None, path: tuple[int, ...] | None = None) -> PassEvent:
         texts, appended_text = token_texts(req.detok, block, commit)
         drafted = drafted_tokens(block, commit, texts)
         appended = appended_token(block, commit, appended_text)
         detail = pass_detail(block, commit, asd)
         timing = clock.timing()  # the whole pass, event building included
-        req.stats.add_pass(drafted, len(commit.ids(block)), timing)
+        req.stats.add_pass(drafted, len(commit.ids(block)), timing, tree)
         req.passes += 1
         ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)
         return PassEvent(index=req.passes - 1, drafter=drafter_name, k=k, verify=settings.verify, drafted=drafted,
                          appended=appended, ledger=ledger, timing=timing, position=req.generated,
                          stats=req.stats.snapshot(), detail=detail, k_setting=req.k_setting,
                          asd_reused=None if asd is None else asd_reused(block.verdict, commit.kept),
-                         asd_saved=None if asd is None else asd_saved(block.verdict, commit.kept))
+                         asd_saved=None if asd is None else asd_saved(block.verdict, commit.kept),
+                         tree=tree, path=path)
 
     def _start_event(self, prompt: str, req: _Request, settings: DecodeSettings) -> StartEvent:
         m = self.models

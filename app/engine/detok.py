@@ -70,6 +70,30 @@ class StreamDetokenizer:
     def peek(self, new_ids: Sequence[int]) -> list[str]:
         return self._texts(new_ids)[0] if new_ids else []
 
+    def peek_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> list[str]:
+        """Texts of tree nodes (parents before children, -1 = after the stream): what each adds after its path.
+
+        One decode per node, all in one batch: a node's text is its path's text minus its nearest ancestor's
+        that ends on a whole character ("" while it ends inside one, as in the stream).
+        """
+        prefix = self.ids[self._window_start(): self.emitted]
+        pending = self.ids[self.emitted:]
+        paths: list[list[int]] = []
+        for token, parent in zip(tokens, parents, strict=True):
+            paths.append((paths[parent] if parent >= 0 else prefix + pending) + [token])
+        decoded = self._decode_all([prefix] + paths)
+        whole = [len(decoded[0])] * len(paths)  # per node: length of the text its children continue
+        texts = []
+        for i, (text, parent) in enumerate(zip(decoded[1:], parents, strict=True)):
+            before = whole[parent] if parent >= 0 else len(decoded[0])
+            if text.endswith(REPLACEMENT):
+                texts.append("")
+                whole[i] = before
+            else:
+                texts.append(text[before:])
+                whole[i] = len(text)
+        return texts
+
     def commit(self, new_ids: Sequence[int]) -> list[str]:
         """Append `new_ids` to the stream; their texts."""
         if not new_ids:

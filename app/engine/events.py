@@ -32,6 +32,10 @@ RESAMPLED: AppendedKind = "resampled"  # correction (greedy argmax) or residual 
 BONUS: AppendedKind = "bonus"  # every draft accepted: sampled from the row after the block
 TARGET: AppendedKind = "target"  # nothing was drafted: plain autoregressive step
 
+# What happened to one node of a token tree (docs/ALGORITHMS.md §9).
+NodeOutcome = Literal["accepted", "rejected", "not_reached", "clipped"]
+NOT_REACHED: NodeOutcome = "not_reached"  # its parent was not accepted, or a sibling tried before it was
+
 EndReason = Literal["eos", "max_tokens", "context_full", "stopped", "error"]
 NoticeLevel = Literal["warning", "info"]
 
@@ -53,6 +57,22 @@ class DraftedToken:
     outcome: Outcome
     accept_prob: float | None = None  # min(1, p/q) under sampling
     u: float | None = None  # the uniform draw compared with accept_prob
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One node of a pass's token tree; nodes are listed parents first, siblings in the order they were tried."""
+
+    id: int  # index in the pass's tree
+    token: int
+    text: str  # what the token adds after its path (peeked: it may never be committed)
+    parent: int  # -1: a child of the last committed token
+    depth: int  # 1 for a child of the last committed token
+    q: float | None  # the drafter's probability of the token (None for deterministic drafters)
+    p: float  # the target's probability of the token after its parent (warped under sampling)
+    target_id: int  # the target's argmax after its parent
+    outcome: NodeOutcome
+    accept_prob: float | None = None  # sampling: the chance it was accepted with, if it was tried
 
 
 @dataclass(frozen=True)
@@ -148,6 +168,10 @@ class PassEvent:
     k_setting: int | None = None  # the K the run is set to (the control's value; adaptive K moves from it)
     asd_reused: int | None = None  # ASD: matches kept after the first kept exception (§5.6); None outside ASD
     asd_saved: int | None = None  # ASD: drafts kept beyond strict greedy on the same logits (§5.6); None outside
+    # Token trees (§9): every node of the pass's tree and the accepted path (node ids, root's child first);
+    # None for a chain. `drafted` then holds the path and the first rejected child at its end, as a chain would.
+    tree: tuple[TreeNode, ...] | None = None
+    path: tuple[int, ...] | None = None
     type: str = "pass"
 
     @property

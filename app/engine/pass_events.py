@@ -25,20 +25,24 @@ from app.engine.events import (
     ASD_EXCEPTION,
     BONUS,
     CLIPPED,
+    NOT_REACHED,
     REJECTED,
     RESAMPLED,
     TARGET,
     AppendedToken,
     DraftedToken,
+    NodeOutcome,
     Outcome,
     PassDetail,
     ResidualEntry,
     Timing,
     TokenProb,
+    TreeNode,
 )
 from app.engine.exact import to_host_float64
 from app.engine.loading import synchronize
 from app.engine.settings import AsdSettings
+from app.engine.tree import ROOT, TreeDraft, TreeVerdict, row_of
 from app.engine.verify import Verdict
 
 INSPECT_TOP = 8  # entries of p, q and the residual kept per row for the pass inspector
@@ -124,6 +128,61 @@ def appended_token(block: VerifiedBlock, commit: Commit, text: str | None) -> Ap
     n, a = block.drafts.numel(), block.verdict.n_accepted
     kind = TARGET if n == 0 else (BONUS if a == n else RESAMPLED)
     return AppendedToken(commit.next_token, text or "", kind, float(block.p[a, commit.next_token]))
+
+
+# ---- token trees ---------------------------------------------------------------------------------
+
+
+def main_line(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
+    """The nodes a chain view shows: the accepted path, then the first child tried and rejected at its end."""
+    end = verdict.path[-1] if verdict.path else ROOT
+    rejected = next((c for c in tree.children(end) if c in verdict.tried), None)
+    return list(verdict.path) + ([rejected] if rejected is not None else [])
+
+
+def tree_block(tree: TreeDraft, verdict: TreeVerdict, p: Tensor) -> VerifiedBlock:
+    """The tree's verified main line as a chain block, so the chain's tokens, statistics and detail apply.
+
+    p (n+1, V): the rows of the root and the nodes; the block's rows are those of the root and the main line.
+    """
+    line = main_line(tree, verdict)
+    rows = torch.tensor([0] + [row_of(node) for node in line], device=p.device)  # (K'+1,)
+    line_t = torch.tensor(line, dtype=torch.long)
+    accept_prob = u = None
+    if verdict.accept_prob is not None and verdict.u is not None:
+        accept_prob = torch.tensor([verdict.accept_prob[node] for node in line])
+        u = torch.tensor([verdict.u[node] for node in line])
+    chain_verdict = Verdict(n_accepted=verdict.n_accepted, next_token=verdict.next_token,
+                            target_ids=verdict.target_ids[rows], accept_prob=accept_prob, u=u,
+                            residual=verdict.residual)
+    q = None if tree.q is None else tree.q[line_t.to(tree.q.device)]
+    return VerifiedBlock(tree.tokens[line_t], q, p[rows], chain_verdict)
+
+
+def tree_nodes(detok: StreamDetokenizer, tree: TreeDraft, verdict: TreeVerdict, p: Tensor,
+               kept: int) -> tuple[TreeNode, ...]:
+    """Every node as plain data; call before the pass commits (texts are peeked after the committed stream).
+
+    `kept` of the path's nodes were committed; the rest of the path was accepted but clipped (EOS, token limit).
+    """
+    tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths
+    texts = detok.peek_tree(tokens, parents)
+    parent_rows = torch.tensor([row_of(parent) for parent in parents], dtype=torch.long, device=p.device)  # (n,)
+    p_x = p[parent_rows, tree.tokens.to(p.device)].tolist()  # (n,)
+    q_x = [None] * len(tokens) if tree.q is None else \
+        tree.q[torch.arange(len(tokens), device=tree.q.device), tree.tokens.to(tree.q.device)].tolist()
+    target_at_parent = verdict.target_ids[parent_rows.to(verdict.target_ids.device)].tolist()
+    path = verdict.path
+    accept_prob = verdict.accept_prob or {}
+
+    def fate(node: int) -> NodeOutcome:
+        if node in path:
+            return "accepted" if path.index(node) < kept else "clipped"
+        return "rejected" if node in verdict.tried else NOT_REACHED
+
+    return tuple(TreeNode(id=i, token=tokens[i], text=texts[i], parent=parents[i], depth=depths[i], q=q_x[i],
+                          p=p_x[i], target_id=target_at_parent[i], outcome=fate(i), accept_prob=accept_prob.get(i))
+                 for i in range(len(tokens)))
 
 
 # ---- inspector detail ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ VerifyRule = Literal["greedy", "sample", "asd"]
 VERIFY_RULES: tuple[VerifyRule, ...] = get_args(VerifyRule)
 NO_DRAFTER = "none"
 MAX_K = 64
+MAX_TREE_NODES = 256
 
 
 class SettingsError(ValueError):
@@ -101,6 +102,9 @@ class DrafterOptions:
     ngram_min_n: int = 1
     ngram_min_count: int = 1
     ngram_min_share: float = 0.0
+    suffix_max_depth: int = 32  # suffix tree: longest substring kept (matched pattern + speculation)
+    suffix_spec_factor: float = 2.0  # suffix tree: α, at most ⌊α·m⌋ drafts after an m-token match
+    suffix_min_prob: float = 0.1  # suffix tree: least path frequency of a drafted node
     layer_skip_exit: int | None = None  # first E layers; None = the model's recommended exit
     layer_skip_layers: tuple[int, ...] | None = None  # explicit subset instead of the first E
 
@@ -113,6 +117,12 @@ class DrafterOptions:
         _require(self.ngram_min_n <= self.ngram_max_n, "n-gram cache: min n must not exceed max n")
         _require(_is_number(self.ngram_min_share) and 0 <= self.ngram_min_share <= 1,
                  f"n-gram cache: min share must be in [0, 1] (got {self.ngram_min_share!r})")
+        _require(_is_int(self.suffix_max_depth) and self.suffix_max_depth >= 2,
+                 f"suffix tree: max depth must be a whole number >= 2 (got {self.suffix_max_depth!r})")
+        _require(_is_number(self.suffix_spec_factor) and self.suffix_spec_factor > 0,
+                 f"suffix tree: the speculation factor must be a number > 0 (got {self.suffix_spec_factor!r})")
+        _require(_is_number(self.suffix_min_prob) and 0 <= self.suffix_min_prob <= 1,
+                 f"suffix tree: min probability must be in [0, 1] (got {self.suffix_min_prob!r})")
         _require(self.layer_skip_exit is None or (_is_int(self.layer_skip_exit) and self.layer_skip_exit >= 1),
                  f"layer skip: exit layer must be a whole number >= 1 (got {self.layer_skip_exit!r})")
         if self.layer_skip_layers is not None:
@@ -139,6 +149,7 @@ class DecodeSettings:
     options: DrafterOptions = field(default_factory=DrafterOptions)
     max_new_tokens: int = 128
     seed: int = 0
+    tree: int | None = None  # token trees: node budget N (K is then the depth limit); None = a chain
 
     def __post_init__(self) -> None:
         chain = tuple(name for name in self.drafters if name != NO_DRAFTER)
@@ -153,6 +164,11 @@ class DecodeSettings:
         _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                  f"max new tokens must be a whole number >= 1 (got {self.max_new_tokens!r})")
         _require(_is_int(self.seed) and self.seed >= 0, f"seed must be a whole number >= 0 (got {self.seed!r})")
+        _require(self.tree is None or (_is_int(self.tree) and 1 <= self.tree <= MAX_TREE_NODES),
+                 f"the tree's node budget must be a whole number from 1 to {MAX_TREE_NODES} (got {self.tree!r})")
+        _require(self.tree is None or self.verify != "asd",
+                 "ASD verification is a chain rule (its regret ledger follows one line of drafts): switch the "
+                 "token tree off, or verify the tree with the greedy or sample rule")
 
     @property
     def is_greedy(self) -> bool:

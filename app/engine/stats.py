@@ -23,12 +23,22 @@ run took; only the race measures a real plain run.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, DraftedToken, PassEvent, RunningStats, Timing
+from app.engine.events import (
+    ACCEPTED,
+    ASD_EXCEPTION,
+    CLIPPED,
+    DraftedToken,
+    PassEvent,
+    RunningStats,
+    Timing,
+    TreeNode,
+)
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
@@ -131,6 +141,56 @@ class RollingAcceptance:
 
 
 @dataclass
+class RankAcceptance:
+    """P_r = accepted at sibling rank r / tried at rank r (§9.4): how often the r-th child tried is accepted
+    once the ones before it were rejected. A chain's drafts all have rank 0, so there P_0 is α."""
+
+    tried: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def add_trial(self, rank: int, accepted: bool) -> None:
+        while len(self.tried) <= rank:
+            self.tried.append(0)
+            self.accepted.append(0)
+        self.tried[rank] += 1
+        self.accepted[rank] += accepted
+
+    def add_chain(self, drafted: Sequence[DraftedToken]) -> None:
+        for accepted in tested_positions(drafted):
+            self.add_trial(0, accepted)
+
+    def add_tree(self, nodes: Sequence[TreeNode]) -> None:
+        """At every node the path reached (and the root), its children in try order up to the accepted one."""
+        reached = {-1} | {node.id for node in nodes if node.outcome == ACCEPTED}
+        children: dict[int, list[TreeNode]] = {}
+        for node in nodes:
+            children.setdefault(node.parent, []).append(node)
+        for parent in reached:
+            for rank, child in enumerate(children.get(parent, [])):
+                if child.outcome not in (ACCEPTED, "rejected"):
+                    break  # clipped (the generation ended) or never tried
+                self.add_trial(rank, child.outcome == ACCEPTED)
+                if child.outcome == ACCEPTED:
+                    break
+
+    def rate(self, rank: int) -> float:
+        return self.accepted[rank] / self.tried[rank] if rank < len(self.tried) and self.tried[rank] else 0.0
+
+    def path_probability(self, ranks: Sequence[int]) -> float:
+        """Under the rank-wise i.i.d. model: the chance that the node with these sibling ranks is accepted."""
+        probability = 1.0
+        for rank in ranks:
+            probability *= math.prod(1.0 - self.rate(j) for j in range(rank)) * self.rate(rank)
+        return probability
+
+
+def expected_tree_tokens(rates: RankAcceptance, rank_paths: Mapping[tuple[int, ...], int], passes: int) -> float:
+    """Tokens per tree pass under the rank-wise i.i.d. model: 1 + sum over nodes of P(node accepted), averaged over
+    `passes` passes whose nodes' rank paths are counted in `rank_paths` (§9.4)."""
+    return passes + sum(n * rates.path_probability(ranks) for ranks, n in rank_paths.items())
+
+
+@dataclass
 class PositionAcceptance:
     """alpha_i = accepted at position i / tested at position i (§7.4)."""
 
@@ -149,6 +209,16 @@ class PositionAcceptance:
         return [a / t if t else None for a, t in zip(self.accepted, self.tested, strict=True)]
 
 
+def rank_paths(nodes: Sequence[TreeNode]) -> list[tuple[int, ...]]:
+    """Per node, the sibling ranks along its path (0 = tried first); nodes are listed parents first."""
+    ranks: dict[int, tuple[int, ...]] = {-1: ()}
+    next_rank: Counter[int] = Counter()
+    for node in nodes:
+        ranks[node.id] = ranks[node.parent] + (next_rank[node.parent],)
+        next_rank[node.parent] += 1
+    return [ranks[node.id] for node in nodes]
+
+
 # ---- one generation ------------------------------------------------------------------------------
 
 @dataclass
@@ -163,25 +233,38 @@ class GenerationStats:
     positions: PositionAcceptance = field(default_factory=PositionAcceptance)
     draft_lengths: Counter[int] = field(default_factory=Counter)  # K' -> passes
     forward_ms: list[float] = field(default_factory=list)  # one-token target forwards: samples of t_T
+    ranks: RankAcceptance = field(default_factory=RankAcceptance)  # P_r, for the tree model (§9.4)
+    tree_rank_paths: Counter[tuple[int, ...]] = field(default_factory=Counter)  # tree passes: nodes' rank paths
+    tree_passes: int = 0
     _drafted: int = 0  # drafted tokens of the drafting passes, clipped ones included (they cost draft time)
     _draft_ms: float = 0.0
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
 
     def add(self, event: PassEvent) -> None:
-        self.add_pass(event.drafted, len(event.committed_ids), event.timing)
+        self.add_pass(event.drafted, len(event.committed_ids), event.timing, event.tree)
 
-    def add_pass(self, drafted: Sequence[DraftedToken], committed: int, timing: Timing) -> None:
-        """Count one pass (the decoder calls this before its event exists, to put the totals in it)."""
+    def add_pass(self, drafted: Sequence[DraftedToken], committed: int, timing: Timing,
+                 tree: Sequence[TreeNode] | None = None) -> None:
+        """Count one pass (the decoder calls this before its event exists, to put the totals in it).
+
+        A tree pass's `drafted` is its main line (the path and the first rejected child at its end).
+        """
         self.passes += 1
         self.tokens += committed
         self.elapsed_ms += timing.total_ms
         self.verify_ms += timing.verify_ms
-        self.draft_lengths[len(drafted)] += 1
         self.acceptance.add(drafted)
         self.positions.add(drafted)
+        if tree:
+            self.tree_passes += 1
+            self.tree_rank_paths.update(rank_paths(tree))
+            self.ranks.add_tree(tree)
+        else:
+            self.draft_lengths[len(drafted)] += 1
+            self.ranks.add_chain(drafted)
         if drafted:
-            self._drafted += len(drafted)
+            self._drafted += len(tree) if tree else len(drafted)
             self._draft_ms += timing.draft_ms
             self._drafting_passes += 1
             self._drafting_verify_ms += timing.verify_ms
@@ -209,9 +292,16 @@ class GenerationStats:
 
     @property
     def expected_tokens_per_pass(self) -> float | None:
-        """E(alpha, K_j) averaged over this run's passes."""
+        """E(alpha, K_j) averaged over this run's passes; a tree pass counts its tree's expected value (§9.4)."""
         alpha = self.alpha
-        return None if alpha is None else mean_expected_tokens(alpha, self.draft_lengths)
+        if alpha is None:
+            return None
+        if not self.tree_passes:
+            return mean_expected_tokens(alpha, self.draft_lengths)
+        chain_passes = self.passes - self.tree_passes
+        chain_tokens = mean_expected_tokens(alpha, self.draft_lengths) * chain_passes if chain_passes else 0.0
+        tree_tokens = expected_tree_tokens(self.ranks, self.tree_rank_paths, self.tree_passes)
+        return (chain_tokens + tree_tokens) / self.passes
 
     @property
     def target_forward_ms(self) -> float | None:

@@ -79,29 +79,11 @@ class TreeDraft:
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's child down to `node`."""
-        parents = self.parents.tolist()
-        path = []
-        while node != ROOT:
-            path.append(node)
-            node = parents[node]
-        return path[::-1]
+        return _with_ancestors(node, self.parents.tolist())[::-1]
 
     @property
     def is_chain(self) -> bool:
         return bool((self.parents == torch.arange(-1, len(self) - 1)).all())
-
-    def rank_paths(self) -> list[tuple[int, ...]]:
-        """Per node, the sibling ranks along its path (0 = first tried); a chain's are all zeros."""
-        parents = self.parents.tolist()
-        rank: list[int] = []
-        seen: dict[int, int] = {}
-        for parent in parents:
-            rank.append(seen.get(parent, 0))
-            seen[parent] = rank[-1] + 1
-        paths: list[tuple[int, ...]] = []
-        for i, parent in enumerate(parents):
-            paths.append((() if parent == ROOT else paths[parent]) + (rank[i],))
-        return paths
 
 
 # ---------------------------------------------------------------- building trees
@@ -175,29 +157,46 @@ def _with_ancestors(node: int, parent_of: list[int]) -> list[int]:
 # ---------------------------------------------------------------- the verification forward
 
 
-def ancestor_matrix(parents: Tensor) -> Tensor:
-    """(n, n) bool: entry (i, j) says node j is node i or one of its ancestors."""
-    n = parents.numel()
-    sees = torch.eye(n, dtype=torch.bool)
-    for i, parent in enumerate(parents.tolist()):
-        if parent != ROOT:
-            sees[i] |= sees[parent]
-    return sees
-
-
-def verification_rows(tree: TreeDraft) -> tuple[Tensor, Tensor]:
-    """Parents and depths of the n+1 verification rows [root, nodes]: the root is row 0, node i row i+1.
-
-    Returns parents (n+1,) (the root's is -1, a node's is its parent's row) and depths (n+1,) (root 0).
-    """
-    parents = torch.cat([torch.tensor([ROOT]), tree.parents + 1])  # (n+1,): ROOT + 1 = 0 is the root's row
-    depths = torch.tensor([0, *tree.depths], dtype=torch.long)
-    return parents, depths
+def verification_parents(tree: TreeDraft) -> Tensor:
+    """Parents (n+1,) of the verification rows [root, nodes]: -1 for the root (row 0), its parent's row for node i."""
+    return torch.cat([torch.tensor([ROOT]), tree.parents + 1])  # ROOT + 1 = 0 is the root's row
 
 
 def row_of(node: int) -> int:
     """The verification row that scores the children of `node` (ROOT: row 0)."""
     return node + 1
+
+
+class TreeRows:
+    """Rows fed after a sequence as a tree (a CachedModel's tail, a drafter's tree rounds): tokens, parents,
+    depths (ancestors among the rows) and which rows each row sees."""
+
+    def __init__(self) -> None:
+        self.tokens = torch.empty(0, dtype=torch.long)  # (T,)
+        self.parents: list[int] = []
+        self.depths = torch.empty(0, dtype=torch.long)  # (T,)
+        self.sees = torch.empty(0, 0, dtype=torch.bool)  # (T, T): row i sees tail row j
+        self.features: list[torch.Tensor] = []  # per feature layer: (T, H)
+
+    def __len__(self) -> int:
+        return self.tokens.numel()
+
+    def add(self, tokens: torch.Tensor, parents: torch.Tensor) -> None:
+        old, new = len(self), tokens.numel()
+        total = old + new
+        sees = torch.zeros(total, total, dtype=torch.bool)
+        sees[:old, :old] = self.sees
+        depths = torch.cat([self.depths, torch.zeros(new, dtype=torch.long)])
+        for i, parent in enumerate(parents.tolist(), start=old):
+            if not -1 <= parent < i:
+                raise ValueError(f"tail row {i} has parent {parent}: parents must come earlier (or be -1)")
+            sees[i, i] = True
+            if parent >= 0:
+                sees[i] |= sees[parent]
+                depths[i] = depths[parent] + 1
+        self.tokens = torch.cat([self.tokens, tokens.long()])
+        self.parents += parents.tolist()
+        self.depths, self.sees = depths, sees
 
 
 # ---------------------------------------------------------------- rules

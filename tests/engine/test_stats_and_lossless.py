@@ -59,8 +59,10 @@ def test_asd_with_zero_budget_is_strict_greedy_and_ledger_stays_within_budget(ti
                     assert t.regret / (len(p.drafted) - i) <= 1.0 + 1e-9 and t.id != t.target_id
 
 
-@pytest.mark.parametrize("drafters", [("draft-model",), ("prompt-lookup",)])
-def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
+@pytest.mark.parametrize("drafters,tree", [(("draft-model",), None), (("prompt-lookup",), None),
+                                          (("draft-model",), 6)], ids=["draft-model", "prompt-lookup", "tree"])
+def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters, tree):
+    """Chains, and a draft-model token tree (children drawn i.i.d. from q, docs/ALGORITHMS.md §9.3)."""
     torch.manual_seed(0)
     models = load_models(*map(str, tiny_llama))
     decoder = SpeculativeDecoder(models)
@@ -71,7 +73,7 @@ def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters):
     counts = Counter()
     for seed in range(n):
         _, end = run(decoder, prompt, drafters=drafters, k=2, max_new_tokens=2, verify="sample", sampling=sampling,
-                     seed=seed)
+                     seed=seed, tree=tree)
         counts[tuple(end.token_ids)] += 1
     assert set(counts) <= set(exact)
     assert chi_square_pvalue(counts, exact, n) > 1e-3

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from app.engine.sampling import TokenSampler
+from app.engine.tree import TreeDraft
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,20 @@ class Drafter(Protocol):
 
     def reset(self) -> None:
         """Forget all state (a new request begins)."""
+
+
+class TreeDrafter(Drafter, Protocol):
+    """A drafter that can branch (docs/ALGORITHMS.md §9.2)."""
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int, sampler: TokenSampler,
+                     features: list[torch.Tensor] | None = None) -> TreeDraft | None:
+        """At most `budget` nodes, none deeper than `depth`, following `ids` (N,); None when nothing to propose.
+
+        Under a greedy sampler the children are chosen (distinct tokens, best first); under a sampling one,
+        drafters with a q draw each node's children i.i.d. from q and never prune them after the draw, which
+        SpecInfer's rule needs to stay lossless.
+        """
+
+
+def can_branch(drafter: Drafter) -> bool:
+    return callable(getattr(drafter, "propose_tree", None))

@@ -3,7 +3,8 @@
 The drafter feeds the committed tokens it has not seen (catching up when every
 draft was accepted, or after being switched on mid-run), then samples K tokens
 one forward at a time from q, the drafter distribution warped exactly like
-the target's.
+the target's. As a tree drafter it scores each round of frontier nodes in one
+forward with a tree mask (`tree_growth.py`) and drops those rows afterwards.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import torch.nn.functional as F
 
 from app.engine.cached_model import CachedModel
 from app.engine.drafters.base import Draft
+from app.engine.drafters.tree_growth import grow_tree
 from app.engine.sampling import TokenSampler
+from app.engine.tree import TreeDraft
 
 
 def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -50,3 +53,18 @@ class ModelDrafter:
             if step + 1 < k:
                 logits = self.cached.extend(token.view(1))[-1]
         return Draft(torch.stack(tokens).cpu(), torch.stack(rows))  # (k,), (k, V)
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int, sampler: TokenSampler,
+                     features=None) -> TreeDraft:
+        if self.cached.tree_problem() is not None:  # this model takes no tree masks: its chain is a one-branch tree
+            chain = self.propose(ids, min(depth, budget), sampler)
+            return TreeDraft.chain(chain.tokens, chain.q)
+        root_logits = fit_vocabulary(self.cached.advance_to(ids, last=1)[-1], self.vocab_size)  # (V,)
+
+        def expand(tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            return fit_vocabulary(self.cached.extend_tree(tokens, parents), self.vocab_size)  # (F, V)
+
+        try:
+            return grow_tree(root_logits, expand, depth, budget, sampler)
+        finally:
+            self.cached.drop_tail()

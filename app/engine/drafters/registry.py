@@ -42,6 +42,7 @@ class DrafterEntry:
     fingerprint: Callable[[Models, DrafterOptions], tuple] = _no_options  # what the drafter is built from
     available: Callable[[Models], bool] = _always  # whether these loaded models can run it
     head: str | None = None  # learned heads: the module of the family (heads/format.py loads its weights)
+    branches: bool = False  # proposes token trees (`propose_tree`, docs/ALGORITHMS.md §9.2); else chains only
 
 
 # ---- builders -----------------------------------------------------------------------------------
@@ -74,6 +75,16 @@ def _ngram_cache_config(models: Models, options: DrafterOptions) -> tuple:
     return (options.ngram_min_n, options.ngram_max_n, options.ngram_min_count, options.ngram_min_share)
 
 
+def _suffix_tree(models: Models, options: DrafterOptions) -> Drafter:
+    from app.engine.drafters.suffix_tree import SuffixTreeDrafter
+
+    return SuffixTreeDrafter(options.suffix_max_depth, options.suffix_spec_factor, options.suffix_min_prob)
+
+
+def _suffix_tree_config(models: Models, options: DrafterOptions) -> tuple:
+    return (options.suffix_max_depth, options.suffix_spec_factor, options.suffix_min_prob)
+
+
 def layer_skip_layers(models: Models, options: DrafterOptions) -> tuple[int, ...]:
     total = models.num_layers
     if total < 2:
@@ -93,28 +104,31 @@ def _layer_skip(models: Models, options: DrafterOptions) -> Drafter:
     return ModelDrafter("layer-skip", models.target, models.vocab_size, layers=layer_skip_layers(models, options))
 
 
-def _head(name: str, label: str, module: str) -> DrafterEntry:
+def _head(name: str, label: str, module: str, branches: bool = False) -> DrafterEntry:
     """A learned head family: built from the head loaded for this target (it owns the trained weights)."""
     return DrafterEntry(name, label, build=lambda models, options: models.extras[name].build(models, options),
-                        available=lambda models: name in models.extras, head=module)
+                        available=lambda models: name in models.extras, head=module, branches=branches)
 
 
 # ---- the table ----------------------------------------------------------------------------------
 
 DRAFTERS: tuple[DrafterEntry, ...] = (
-    DrafterEntry("draft-model", "Draft model", _draft_model, available=lambda models: models.draft is not None),
-    DrafterEntry("prompt-lookup", "Prompt lookup", _prompt_lookup, _prompt_lookup_config),
-    DrafterEntry("ngram-cache", "N-gram cache", _ngram_cache, _ngram_cache_config),
+    DrafterEntry("draft-model", "Draft model", _draft_model, available=lambda models: models.draft is not None,
+                 branches=True),
+    DrafterEntry("prompt-lookup", "Prompt lookup", _prompt_lookup, _prompt_lookup_config, branches=True),
+    DrafterEntry("ngram-cache", "N-gram cache", _ngram_cache, _ngram_cache_config, branches=True),
+    DrafterEntry("suffix-tree", "Suffix tree", _suffix_tree, _suffix_tree_config, branches=True),
     DrafterEntry("layer-skip", "Layer skip (self-speculative)", _layer_skip, layer_skip_layers,
-                 available=lambda models: models.num_layers > 1),
-    _head("medusa", "Medusa heads", "app.engine.drafters.heads.medusa"),
+                 available=lambda models: models.num_layers > 1, branches=True),
+    _head("medusa", "Medusa heads", "app.engine.drafters.heads.medusa", branches=True),
     _head("mtp", "MTP modules", "app.engine.drafters.heads.mtp"),
-    _head("eagle", "EAGLE head", "app.engine.drafters.heads.eagle"),
+    _head("eagle", "EAGLE head", "app.engine.drafters.heads.eagle", branches=True),
     _head("dflash", "DFlash block drafter", "app.engine.drafters.heads.dflash"),
 )
 BY_NAME: dict[str, DrafterEntry] = {entry.name: entry for entry in DRAFTERS}
 DRAFTER_NAMES: tuple[str, ...] = tuple(BY_NAME)
 DRAFTER_LABELS: dict[str, str] = {entry.name: entry.label for entry in DRAFTERS}
+BRANCHING_DRAFTERS: tuple[str, ...] = tuple(entry.name for entry in DRAFTERS if entry.branches)
 HEAD_FAMILIES: dict[str, str] = {entry.name: entry.head for entry in DRAFTERS if entry.head}  # name -> module
 
 

@@ -29,7 +29,7 @@ from app.engine.tree import ROOT, TreeDraft, best_subtree
 MAX_WIDTH = 8  # children per expanded node and nodes expanded per round, at most
 
 # Scores the given new rows in one drafter forward: tokens (F,), parents (F,) indexing earlier expanded rows
-# (-1: a child of the root) -> q (F, V), the drafter's warped distribution after each row.
+# (-1: a child of the root) -> the drafter's logits (F, V) after each row.
 Expand = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -46,6 +46,14 @@ class _Nodes:
     q: list[Tensor] = field(default_factory=list)  # the distribution each node was drawn from (its parent's q)
     fed_row: dict[int, int] = field(default_factory=dict)  # node -> its row among the expanded rows
 
+    def path_tokens(self, node: int) -> Tensor:
+        """The tokens from the root's child down to `node`: the node's context after the sequence."""
+        tokens = []
+        while node != ROOT:
+            tokens.append(self.tokens[node])
+            node = self.parents[node]
+        return torch.tensor(tokens[::-1], dtype=torch.long)
+
     def add(self, token: int, parent: int, score: float, q: Tensor) -> int:
         self.tokens.append(token)
         self.parents.append(parent)
@@ -54,12 +62,17 @@ class _Nodes:
         return len(self.tokens) - 1
 
 
-def grow_tree(root_q: Tensor, expand: Expand, depth: int, budget: int, sampler: TokenSampler) -> TreeDraft:
-    """A tree of at most `budget` nodes and `depth` levels; root_q (V,) is the drafter's q after the sequence."""
+def grow_tree(root_logits: Tensor, expand: Expand, depth: int, budget: int, sampler: TokenSampler) -> TreeDraft:
+    """A tree of at most `budget` nodes and `depth` levels; root_logits (V,) are the drafter's after the sequence.
+
+    Every row's logits become q through `sampler` for the row's own context (the repetition controls), so
+    each node's q is what the chain drafter would have drawn it from along the same path.
+    """
     width = tree_width(budget, depth)
     iid = not sampler.is_greedy
     nodes = _Nodes()
     left = budget
+    root_q = sampler.probs(sampler.process(root_logits[None], [torch.empty(0, dtype=torch.long)])[0])  # (V,)
     level = _add_children(nodes, ROOT, root_q, min(width, left), 0.0, sampler)
     left -= len(level) if iid else 0
     for _ in range(depth - 1):
@@ -67,7 +80,8 @@ def grow_tree(root_q: Tensor, expand: Expand, depth: int, budget: int, sampler: 
             break
         frontier = sorted(level, key=lambda i: (-nodes.scores[i], i))[:width]
         rows = torch.tensor([nodes.fed_row.get(nodes.parents[i], -1) for i in frontier], dtype=torch.long)
-        q_rows = expand(torch.tensor([nodes.tokens[i] for i in frontier], dtype=torch.long), rows)  # (F, V)
+        logits = expand(torch.tensor([nodes.tokens[i] for i in frontier], dtype=torch.long), rows)  # (F, V)
+        q_rows = sampler.probs(sampler.process(logits, [nodes.path_tokens(i) for i in frontier]))  # (F, V)
         for i in frontier:
             nodes.fed_row[i] = len(nodes.fed_row)
         level = []

@@ -16,7 +16,8 @@ previous draft. Training unrolls exactly these steps ("training-time test").
 The drafter keeps the keys and values of its rows for committed positions
 (row i is a function of x_0 .. x_{i+1}), crops them to the prefix shared with
 the new sequence after a rollback, and adds the rows of new committed tokens;
-draft rows are thrown away after each proposal.
+draft rows are thrown away after each proposal. A tree proposal grows rows the
+same way, each seeing only its tree ancestors among the draft rows.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from app.engine.drafters.heads.common import (
     has_features,
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
+from app.engine.drafters.tree_growth import grow_tree
 from app.engine.sampling import TokenSampler
+from app.engine.tree import TreeDraft, TreeRows
 
 default_layout = fused_layout
 
@@ -110,6 +113,56 @@ class EagleDrafter(HeadDrafter):
                 out, memory = self.module.step(u, positions, memory)
                 output = out[-1]
         return as_draft(tokens, rows)
+
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int, sampler: TokenSampler,
+                     features: list[torch.Tensor] | None = None) -> TreeDraft | None:
+        """A tree grown round by round (tree_growth.py); each round's rows see the committed rows in the window,
+        their tree ancestors and themselves, so every node's q equals the chain's q for its path."""
+        if not has_features(features):
+            return None
+        with torch.inference_mode():
+            root_output = self._catch_up(ids, features)  # (H,) o of row N-2
+            rows = _TreeRounds(self.module, self.memory, root_output, ids.numel() - 1)
+
+            def expand(tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+                return self.parts.logits(self.module.out_norm(rows.step(self.parts.embed(tokens), parents)))  # (F, V)
+
+            root_logits = self.parts.logits(self.module.out_norm(root_output))  # (V,)
+            return grow_tree(root_logits, expand, depth, budget, sampler)
+
+
+class _TreeRounds:
+    """The head's rows of one tree: keys and values after the committed rows, outputs, who sees whom."""
+
+    def __init__(self, module: EagleHead, memory: KeysValues | None, root_output: torch.Tensor,
+                 first_position: int) -> None:
+        self.module, self.memory, self.root_output = module, memory, root_output
+        self.first_position = first_position  # position of a row hanging off the committed rows (N-1)
+        self.rows = TreeRows()
+        self.outputs = root_output.new_empty(0, root_output.numel())  # (T, H)
+        self.tail: KeysValues | None = None
+
+    def step(self, embedded: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """New rows: embedded tokens (F, H), parents (F,) among earlier rows (-1: the committed ones) -> o (F, H)."""
+        old = len(self.rows)
+        self.rows.add(torch.zeros(parents.numel(), dtype=torch.long), parents)
+        own = torch.stack([self.root_output if int(p) < 0 else self.outputs[int(p)] for p in parents])  # (F, H)
+        u = self.module.rows(embedded, own)  # (F, H)
+        positions = (self.first_position + self.rows.depths[old:]).to(u.device)  # (F,)
+        fresh = self.module.block.keys_values(u, positions)
+        self.tail = fresh if self.tail is None else self.tail.cat(fresh)
+        committed = self.memory.tail(self.module.window) if self.memory is not None else None
+        window = self.module.window
+        tail_visible = self.rows.sees[old:].to(u.device) & window_mask(positions, self.tail.positions, window)
+        if committed is not None:
+            visible = committed.cat(self.tail)
+            mask = torch.cat([window_mask(positions, committed.positions, window), tail_visible], dim=1)
+        else:
+            visible, mask = self.tail, tail_visible
+        out = self.module.block(u, positions, visible, mask)  # (F, H)
+        self.outputs = torch.cat([self.outputs, out])
+        return out
 
 
 # ---- training: the same steps for every position at once ("training-time test") -------------------

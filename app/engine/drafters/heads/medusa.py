@@ -14,6 +14,8 @@ logits at t already chose x_{N-1}, so head 0 drafts the token after it.
 Chain drafting takes each head's top-1 (greedy) or one sample from each
 head's warped q (sampling); heads do not see each other's drafts, which keeps
 the rejection rule exact because each token is drawn from the q reported.
+A tree takes several of each head's likeliest tokens per level (Medusa's tree
+attention), pruned to the node budget by path probability.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from torch import nn
 
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features
+from app.engine.drafters.tree_growth import grow_tree
 from app.engine.sampling import TokenSampler
+from app.engine.tree import TreeDraft
 
 
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:
@@ -64,6 +68,22 @@ class MedusaDrafter(HeadDrafter):
             hidden = self.module(features[0][-1], min(k, self.module.num_heads))  # (K', H)
             tokens, q = sampler.draw(self.parts.logits(hidden))  # (K',), (K', V)
         return as_draft(tokens, q)
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int, sampler: TokenSampler,
+                     features: list[torch.Tensor] | None = None) -> TreeDraft | None:
+        """Medusa's tree: level d's children come from head d's q, whatever the path (heads see no drafts);
+        grown and pruned by path probability like the other trees (tree_growth.py)."""
+        if not has_features(features):
+            return None
+        with torch.inference_mode():
+            hidden = self.module(features[0][-1], min(depth, self.module.num_heads))  # (D, H)
+            logits = self.parts.logits(hidden)  # (D, V)
+        levels = iter(range(1, logits.shape[0]))
+
+        def expand(tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            return logits[next(levels)].expand(tokens.numel(), -1)  # (F, V): one round per level
+
+        return grow_tree(logits[0], expand, logits.shape[0], budget, sampler)
 
 
 MODULE, DRAFTER = MedusaHeads, MedusaDrafter  # the trained module and the drafter that runs it (heads/format.py)
