@@ -14,6 +14,7 @@ from transformers import (
     AutoModelForCausalLM,
     GPT2Config,
     LlamaConfig,
+    MistralConfig,
     PreTrainedTokenizerFast,
     Qwen2Config,
 )
@@ -53,6 +54,10 @@ def model_config(arch: str, vocab_size: int, eos_id: int, layers: int, hidden: i
     if arch == "qwen2":
         return Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context, **common)
+    if arch == "mistral":  # full attention (no sliding window), as recent Mistral checkpoints configure it
+        return MistralConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                             sliding_window=None, **common)
     if arch == "gpt2":
         return GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=context, **common)
     raise ValueError(arch)

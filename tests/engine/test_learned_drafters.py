@@ -302,3 +302,41 @@ def test_dflash_training_block_is_the_drafting_block(models):
                                          torch.tensor([ids.numel() - 1]))
         q = torch.softmax(parts.logits(hidden[0, 1:]), -1)  # (bs-1, V)
     torch.testing.assert_close(q, draft.q, atol=1e-5, rtol=1e-4)
+
+
+# ---- token trees (docs/ALGORITHMS.md §9) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["eagle", "medusa"])
+def test_greedy_token_trees_of_learned_drafters_equal_autoregressive(decoder, family):
+    for prompt in PROMPTS[:2]:
+        _, reference = run(decoder, prompt, drafters=(), max_new_tokens=32)
+        for budget in (4, 16, 64):
+            passes, end = run(decoder, prompt, drafters=(family,), k=4, tree=budget, max_new_tokens=32)
+            assert end.token_ids == reference.token_ids, (family, budget)
+            assert any(p.tree and len(p.tree) > max(n.depth for n in p.tree) for p in passes)  # real branching
+
+
+class ForcedSampler(TokenSampler):
+    """A greedy sampler that picks the given tokens in turn: the chain drafter then drafts along a chosen path."""
+
+    def __init__(self, path: list[int]) -> None:
+        super().__init__(None, torch.Generator())
+        self.path = list(path)
+
+    def pick(self, probs: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(self.path.pop(0) if self.path else 0)
+
+
+def test_eagle_tree_nodes_are_drawn_from_the_chain_q_of_their_path(models):
+    """Every node's q (its parent's row) equals the chain drafter's q after the node's path: the tree rounds
+    see exactly their ancestors."""
+    ids = torch.tensor(models.tokenizer(PROMPTS[0])["input_ids"])
+    spec = models.extras["eagle"]
+    features = _features(models, ids, spec.config.feature_layers)
+    tree = spec.build(models, None).propose_tree(ids, 3, 12, TokenSampler(None, torch.Generator()), features)
+    assert tree is not None and len(tree) > 3
+    for node in range(len(tree)):
+        path = tree.path_to(node)
+        chain = spec.build(models, None).propose(ids, len(path), ForcedSampler(tree.tokens[path].tolist()), features)
+        assert torch.allclose(tree.q[node], chain.q[len(path) - 1], atol=1e-5), node

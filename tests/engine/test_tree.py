@@ -12,9 +12,17 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import app.engine.tree as tree_module
 from app.engine.cached_model import CachedModel, TreeAttentionUnsupported
 from app.engine.decoder import SpeculativeDecoder
+from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.events import NoticeEvent
 from app.engine.loading import load_models
-from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings, SettingsError
+from app.engine.sampling import TokenSampler
+from app.engine.settings import (
+    DecodeSettings,
+    LiveSettings,
+    RepetitionSettings,
+    SamplingSettings,
+    SettingsError,
+)
 from app.engine.stats import GenerationStats, RankAcceptance, expected_tokens_per_pass, rank_paths
 from app.engine.tree import (
     ROOT,
@@ -218,6 +226,46 @@ def test_greedy_tree_runs_equal_autoregressive_decoding(llama_decoder, drafters,
             if event.tree:
                 assert len(event.tree) <= budget and max(node.depth for node in event.tree) <= 4
                 assert len(event.committed_ids) == len(event.path) + (event.appended is not None)
+
+
+def test_greedy_identity_holds_on_mistral(tmp_path):
+    from tests.tiny_models import tiny_pair
+
+    decoder = SpeculativeDecoder(load_models(*map(str, tiny_pair(tmp_path, "mistral"))))
+    for prompt in PROMPTS[:2]:
+        _, plain = run(decoder, prompt, drafters=(), max_new_tokens=32)
+        for budget in (4, 16, 64):
+            passes, tree_run = run(decoder, prompt, drafters=("draft-model",), k=4, tree=budget, max_new_tokens=32)
+            assert tree_run.token_ids == plain.token_ids and any(p.tree for p in passes)
+
+
+class ForcedSampler(TokenSampler):
+    """A greedy sampler that picks the given tokens in turn: the chain drafter then drafts along a chosen path."""
+
+    def __init__(self, path: list[int]) -> None:
+        super().__init__(None, torch.Generator())
+        self.path = list(path)
+
+    def pick(self, probs: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(self.path.pop(0) if self.path else 0)
+
+
+@pytest.mark.parametrize("sampling", [None, SamplingSettings(temperature=1.3)], ids=["greedy", "sample"])
+def test_draft_model_tree_nodes_are_drawn_from_the_chain_q_of_their_path(llama_decoder, sampling):
+    """Every node's q (its parent's row) equals the chain's q after the node's path: the drafter's tree rounds
+    see exactly their ancestors; under sampling the children are i.i.d. draws (duplicates allowed)."""
+    models = llama_decoder.models
+    ids = torch.tensor(models.tokenizer(PROMPTS[2])["input_ids"])
+    sampler = TokenSampler(sampling, torch.Generator().manual_seed(0))
+    tree = ModelDrafter("draft-model", models.draft, models.vocab_size).propose_tree(ids, 3, 14, sampler)
+    assert len(tree) > 3 and tree.iid == (sampling is not None)
+    for node in range(len(tree)):
+        path = tree.path_to(node)
+        chain = ModelDrafter("draft-model", models.draft, models.vocab_size).propose(
+            ids, len(path), ForcedSampler(tree.tokens[path].tolist()))
+        expected = chain.q[len(path) - 1] if sampling is None else \
+            TokenSampler(sampling, torch.Generator()).probs(torch.log(chain.q[len(path) - 1]))
+        assert torch.allclose(tree.q[node], expected, atol=1e-5), node
 
 
 def test_greedy_identity_holds_on_qwen2_and_when_switching_between_chain_and_tree(tiny_qwen2):
