@@ -265,9 +265,24 @@ def _opening(event: PassEvent) -> str:
     if not event.drafted:
         return (f"In pass {event.index} nothing was drafted, so the target ran alone: "
                 f"one forward pass for one token, exactly like plain decoding.")
+    if event.tree:
+        return _tree_opening(event)
     tokens = ", ".join(_quote(t.text, t.id) for t in event.drafted)
     proposed = _count(len(event.drafted), "token")
     return f"In pass {event.index} the {event.drafter} drafter proposed {proposed}: {tokens}."
+
+
+def _tree_opening(event: PassEvent) -> str:
+    """A tree pass: its size, what the target tried, then the main line read like a chain."""
+    tree = event.tree or ()
+    leaves = len(tree) - len({node.parent for node in tree if node.parent >= 0})
+    tried = sum(node.outcome != "not_reached" for node in tree)
+    line = ", ".join(_quote(t.text, t.id) for t in event.drafted)
+    branches = "1 branch" if leaves == 1 else f"{leaves} branches"
+    return (f"In pass {event.index} the {event.drafter} drafter proposed a token tree of {_count(len(tree), 'node')} "
+            f"on {branches}, all verified in the same single target forward; the target tried {tried} of them and "
+            f"kept the longest path it accepted. Read as a chain (the accepted path, then the first child rejected "
+            f"after it, if any): {line}.")
 
 
 def _agreement(inspection: PassInspection) -> list[str]:

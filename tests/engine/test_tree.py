@@ -372,3 +372,13 @@ def test_node_texts_equal_the_stream_peek_along_every_path(tmp_path):
     for leaf in (len(rest) - 1, len(tree) - 1):
         path = tree.path_to(leaf)
         assert [texts[node] for node in path] == detok.peek(tree.tokens[path].tolist())
+
+
+def test_the_inspector_story_of_a_tree_pass_names_its_size_and_main_line(llama_decoder):
+    from app.engine.explain import explain_pass
+
+    passes, _ = run(llama_decoder, PROMPTS[0], drafters=("prompt-lookup",), k=4, tree=16, max_new_tokens=40)
+    event = next(p for p in passes if p.tree and len(p.tree) > len(p.drafted))
+    story = explain_pass(event)
+    assert f"token tree of {len(event.tree)} nodes" in story and "single target forward" in story
+    assert all(token.text.replace("\n", "↵") in story for token in event.drafted)
