@@ -130,6 +130,9 @@ DRAFTER_TEXT = {
                      "Free, strong when the text repeats (code edits, summaries), silent in fresh prose.",
     "ngram-cache": "no model: counts which token followed every n-gram so far and proposes the most frequent "
                    "successor, token by token. Votes across all earlier occurrences instead of copying one.",
+    "suffix-tree": "no model (SuffixDecoding style): counts every short substring of this request and of this "
+                   "session's earlier outputs, matches the longest recent suffix and drafts its most frequent "
+                   "continuation, longer after longer matches. Learns across requests.",
     "layer-skip": "the target drafts for itself with only its first layers and its own head: no extra weights, "
                   "c ≈ layers used / all layers; works when the target was trained for early exit "
                   "(the bundled one was).",
