@@ -57,6 +57,10 @@ RUN_CASES = {
     "negative no-repeat n-gram size": ["--no-repeat-ngram-size", "-1"],
     "fractional no-repeat n-gram size": ["--no-repeat-ngram-size", "2.5"],
     "unknown rule": ["--verify", "beam"],
+    "tree budget 0": ["--tree", "0"],
+    "tree budget too large": ["--tree", "1000"],
+    "tree with ASD": ["--tree", "8", "--verify", "asd"],
+    "tree with a drafter that cannot branch": ["--tree", "8", "--drafter", "mtp"],
     "drafter twice": ["--drafter", "prompt-lookup", "--drafter", "prompt-lookup"],
     "unknown option": ["--bogus"],
     "unknown device": ["--device", "bogus"],
@@ -174,3 +178,10 @@ def test_every_option_says_its_default(command):
     assert "(default: 4)" in entries["--k"]
     assert "(default: 1.0)" in entries["--repetition-penalty"]
     assert "(default: 0)" in entries["--no-repeat-ngram-size"]
+
+
+def test_a_tree_with_a_chain_only_drafter_names_the_drafters_that_branch(loader_forbidden, capsys):
+    from app.engine.drafters.registry import BRANCHING_DRAFTERS
+
+    line = fails_in_one_line(capsys, ["run", "--prompt", "def f():", "--tree", "8", "--drafter", "dflash"])
+    assert "dflash cannot draft a tree" in line and all(name in line for name in BRANCHING_DRAFTERS)
