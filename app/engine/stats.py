@@ -176,18 +176,21 @@ class RankAcceptance:
     def rate(self, rank: int) -> float:
         return self.accepted[rank] / self.tried[rank] if rank < len(self.tried) and self.tried[rank] else 0.0
 
-    def path_probability(self, ranks: Sequence[int]) -> float:
-        """Under the rank-wise i.i.d. model: the chance that the node with these sibling ranks is accepted."""
-        probability = 1.0
-        for rank in ranks:
-            probability *= math.prod(1.0 - self.rate(j) for j in range(rank)) * self.rate(rank)
-        return probability
+    def step_probabilities(self, ranks: int) -> list[float]:
+        """Per sibling rank r < `ranks`: P_r · Π_{j<r} (1 − P_j), the chance that the r-th child is the one accepted."""
+        steps, rejected_before = [], 1.0
+        for rank in range(ranks):
+            steps.append(rejected_before * self.rate(rank))
+            rejected_before *= 1.0 - self.rate(rank)
+        return steps
 
 
 def expected_tree_tokens(rates: RankAcceptance, rank_paths: Mapping[tuple[int, ...], int], passes: int) -> float:
-    """Tokens per tree pass under the rank-wise i.i.d. model: 1 + sum over nodes of P(node accepted), averaged over
-    `passes` passes whose nodes' rank paths are counted in `rank_paths` (§9.4)."""
-    return passes + sum(n * rates.path_probability(ranks) for ranks, n in rank_paths.items())
+    """Tokens of `passes` tree passes under the rank-wise i.i.d. model: per pass 1 + the sum over its nodes of
+    P(node accepted), the product of the step probabilities along the node's path; `rank_paths` counts the
+    nodes' rank paths over the passes (§9.4)."""
+    steps = rates.step_probabilities(1 + max((max(ranks) for ranks in rank_paths), default=0))
+    return passes + sum(n * math.prod(steps[rank] for rank in ranks) for ranks, n in rank_paths.items())
 
 
 @dataclass

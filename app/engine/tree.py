@@ -115,35 +115,40 @@ def merge_continuations(continuations: Sequence[Sequence[int]], budget: int) -> 
     return TreeDraft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
 
 
-def best_subtree(tokens: Tensor, parents: Tensor, scores: Tensor, budget: int, q: Tensor | None = None,
-                 iid: bool = False) -> TreeDraft:
-    """The `budget` nodes of highest score, whose scores never rise along a path (path probabilities),
-    so the kept set is closed under ancestors (EAGLE-2's re-ranking). Ties keep the earlier node.
+def best_nodes(parents: Tensor, scores: Tensor, budget: int) -> list[int]:
+    """The `budget` nodes of highest score, whose scores never rise along a path (path probabilities), so the
+    kept set is closed under ancestors (EAGLE-2's re-ranking); ties keep the earlier node. Returned in the
+    order of a tree draft: breadth first, each node's children best first.
 
-    tokens, parents, scores: (n,) on CPU in topological order; q: (n, V) or None.
+    parents, scores: (n,) on CPU, in topological order.
     """
     parent_of = parents.tolist()
     score_of = scores.tolist()
-    best_first = sorted(range(tokens.numel()), key=lambda i: (-score_of[i], i))
     kept: set[int] = set()
-    for i in best_first:  # ancestors first: a tie with an ancestor must not orphan a node
-        chain = [n for n in _with_ancestors(i, parent_of) if n not in kept]
-        if len(kept) + len(chain) > budget:
-            continue
-        kept.update(chain)
-    # Breadth first, each node's children best first: parents precede children, siblings are in try order.
+    for i in sorted(range(len(parent_of)), key=lambda i: (-score_of[i], i)):
+        chain = [n for n in _with_ancestors(i, parent_of) if n not in kept]  # ancestors too: ties must not orphan
+        if len(kept) + len(chain) <= budget:
+            kept.update(chain)
+    children: dict[int, list[int]] = {}
+    for node in sorted(kept, key=lambda c: (-score_of[c], c)):
+        children.setdefault(parent_of[node], []).append(node)
     order: list[int] = []
     frontier = [ROOT]
     while frontier:
         start = len(order)
         for parent in frontier:
-            order.extend(sorted((c for c in kept if parent_of[c] == parent), key=lambda c: (-score_of[c], c)))
+            order.extend(children.get(parent, ()))
         frontier = order[start:]
+    return order
+
+
+def subtree(tokens: Tensor, parents: Tensor, order: list[int], q: Tensor | None = None) -> TreeDraft:
+    """The tree of the nodes `order` (closed under ancestors, parents listed before children), renumbered."""
     index = {old: new for new, old in enumerate(order)}
+    parent_of = parents.tolist()
     new_parents = [ROOT if parent_of[i] == ROOT else index[parent_of[i]] for i in order]
-    chosen = torch.tensor(order, dtype=torch.long)
-    return TreeDraft(tokens[chosen].long().cpu(), torch.tensor(new_parents, dtype=torch.long),
-                     None if q is None else q[chosen.to(q.device)], iid=iid)
+    return TreeDraft(tokens[torch.tensor(order, dtype=torch.long)].long().cpu(),
+                     torch.tensor(new_parents, dtype=torch.long), q)
 
 
 def _with_ancestors(node: int, parent_of: list[int]) -> list[int]:
@@ -177,26 +182,27 @@ class TreeRows:
         self.depths = torch.empty(0, dtype=torch.long)  # (T,)
         self.sees = torch.empty(0, 0, dtype=torch.bool)  # (T, T): row i sees tail row j
         self.features: list[torch.Tensor] = []  # per feature layer: (T, H)
+        self._lines: list[tuple[int, ...]] = []  # per row: its ancestors among the rows and itself
 
     def __len__(self) -> int:
         return self.tokens.numel()
 
     def add(self, tokens: torch.Tensor, parents: torch.Tensor) -> None:
         old, new = len(self), tokens.numel()
-        total = old + new
-        sees = torch.zeros(total, total, dtype=torch.bool)
-        sees[:old, :old] = self.sees
-        depths = torch.cat([self.depths, torch.zeros(new, dtype=torch.long)])
         for i, parent in enumerate(parents.tolist(), start=old):
             if not -1 <= parent < i:
                 raise ValueError(f"tail row {i} has parent {parent}: parents must come earlier (or be -1)")
-            sees[i, i] = True
-            if parent >= 0:
-                sees[i] |= sees[parent]
-                depths[i] = depths[parent] + 1
+            self._lines.append((self._lines[parent] if parent >= 0 else ()) + (i,))
+            self.parents.append(parent)
+        total = old + new
+        sees = torch.zeros(total, total, dtype=torch.bool)
+        sees[:old, :old] = self.sees
+        fresh = self._lines[old:]
+        rows = [i for i, line in enumerate(fresh, start=old) for _ in line]
+        sees[rows, [j for line in fresh for j in line]] = True
+        self.sees = sees
         self.tokens = torch.cat([self.tokens, tokens.long()])
-        self.parents += parents.tolist()
-        self.depths, self.sees = depths, sees
+        self.depths = torch.cat([self.depths, torch.tensor([len(line) - 1 for line in fresh], dtype=torch.long)])
 
 
 # ---------------------------------------------------------------- rules

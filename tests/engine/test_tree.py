@@ -27,8 +27,9 @@ from app.engine.stats import GenerationStats, RankAcceptance, expected_tokens_pe
 from app.engine.tree import (
     ROOT,
     TreeDraft,
-    best_subtree,
+    best_nodes,
     merge_continuations,
+    subtree,
     verification_parents,
     verify_tree_greedy,
     verify_tree_sampling,
@@ -124,7 +125,7 @@ def test_best_subtree_keeps_the_best_nodes_closed_under_ancestors_siblings_best_
     tokens = torch.tensor([10, 11, 12, 13, 14])
     parents = torch.tensor([-1, -1, 0, 0, 1])
     scores = torch.tensor([-0.1, -0.5, -2.0, -0.3, -0.6])
-    tree = best_subtree(tokens, parents, scores, budget=4)
+    tree = subtree(tokens, parents, best_nodes(parents, scores, budget=4))
     assert tree.tokens.tolist() == [10, 11, 13, 14] and tree.parents.tolist() == [-1, -1, 0, 1]
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from app.engine.sampling import TokenSampler
-from app.engine.tree import ROOT, TreeDraft, best_subtree
+from app.engine.tree import ROOT, TreeDraft, best_nodes, subtree
 
 MAX_WIDTH = 8  # children per expanded node and nodes expanded per round, at most
 
@@ -91,10 +91,10 @@ def grow_tree(root_logits: Tensor, expand: Expand, depth: int, budget: int, samp
             left -= count if iid else 0
     tokens = torch.tensor(nodes.tokens, dtype=torch.long)
     parents = torch.tensor(nodes.parents, dtype=torch.long)
-    q_all = torch.stack(nodes.q)  # (n, V)
     if iid:
-        return TreeDraft(tokens, parents, q_all, iid=True)
-    return best_subtree(tokens, parents, torch.tensor(nodes.scores), budget, q_all)
+        return TreeDraft(tokens, parents, torch.stack(nodes.q), iid=True)  # q (n, V)
+    order = best_nodes(parents, torch.tensor(nodes.scores), budget)
+    return subtree(tokens, parents, order, torch.stack([nodes.q[i] for i in order]))
 
 
 def _add_children(nodes: _Nodes, parent: int, q: Tensor, count: int, score: float,
