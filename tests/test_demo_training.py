@@ -66,6 +66,7 @@ def test_quick_build_writes_playground_json_and_card(quick_build):
     assert playground["target"] == "target" and playground["draft"] == "draft"
     assert playground["trained_with"] == "tools/train_demo_models.py"
     assert 1 <= playground["layer_skip_exit"] < 3  # quick target has 3 layers
+    assert playground["prose_source"] == "pydoc"  # the corpus, for the heads and the evaluation tools
     card = (out / "MODEL_CARD.md").read_text()
     assert "## Drafter measurements" in card and "TODO" in card
 

@@ -2,9 +2,12 @@
 """Recompute the held-out figures of the bundled demo models.
 
     python tools/evaluate_demo_models.py [--models assets/models/demo] [--json OUT]
+    python tools/evaluate_demo_models.py --models DIR --prose-source docs   # the v2 corpus's held-out prose
 
 Rebuilds the deterministic held-out split of the running interpreter's
-standard library (see ``demo_training.corpus``), then reports loss,
+standard library and of the prose the family was trained on (see
+``demo_training.corpus``; the prose source its ``playground.json`` or
+``MODEL_CARD.md`` records, else the pydoc topics), then reports loss,
 perplexity and top-1 agreement with the target for the draft model and for
 every early exit of the target, plus greedy code samples, sizes and load
 times, as JSON on stdout. These are the numbers in ``MODEL_CARD.md``.
@@ -26,6 +29,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models", type=Path, default=REPO_ROOT / "assets" / "models" / "demo")
     parser.add_argument("--eval-blocks", type=int, default=None,
                         help="held-out blocks per domain (default: as in the full build)")
+    parser.add_argument("--prose-source", choices=("pydoc", "docs"), default=None,
+                        help="held-out prose: pydoc (language reference topics) or docs (the installed Python "
+                             "documentation); default: what the models folder records, else pydoc")
+    parser.add_argument("--docs-dir", type=Path, default=None,
+                        help="installed Python HTML documentation (default: /usr/share/doc/pythonX.Y/html)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     return parser.parse_args(argv)
@@ -39,13 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     from demo_training.config import full_config
     from demo_training.corpus import split_documents
     from demo_training.evaluation import evaluate_folder
+    from demo_training.model_card import recorded_prose_source
+    from demo_training.python_docs import PythonDocsMissing
     from transformers.utils import logging as transformers_logging
 
     torch.set_num_threads(args.threads)
     transformers_logging.disable_progress_bar()
-    config = full_config()
+    config = full_config()  # evaluation sizes: the same in every family's configuration
     blocks = args.eval_blocks or config.eval_blocks_per_domain
-    figures = evaluate_folder(args.models, split_documents(), blocks, config.sample_new_tokens)
+    prose_source = args.prose_source or recorded_prose_source(args.models) or "pydoc"
+    print(f"[evaluate] held-out prose: {prose_source}", file=sys.stderr, flush=True)
+    try:
+        split = split_documents(prose_source=prose_source, docs_dir=args.docs_dir)
+    except PythonDocsMissing as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    figures = evaluate_folder(args.models, split, blocks, config.sample_new_tokens)
+    figures["prose_source"] = prose_source
     text = json.dumps(figures, indent=2)
     if args.json is not None:
         args.json.write_text(text + "\n")

@@ -3,6 +3,8 @@
 
     python tools/measure_drafters.py                  # prints JSON, updates "## Learned drafters" in the card
     python tools/measure_drafters.py --no-card --repeats 1
+    python tools/measure_drafters.py --target DIR/target --draft DIR/draft --heads DIR/heads --no-card \
+        --prompts tools/demo_training/heldout_prompts.json
 
 Two measurements, both greedy, in one process:
 
@@ -11,7 +13,10 @@ Two measurements, both greedy, in one process:
    and the target writes its own greedy chain g_0 .. g_{K-1}; position j scores
    P(d_j = g_j | d_i = g_i for all i < j), the acceptance rate of that position
    under greedy verification. Its product gives the expected accepted length.
-2. Speculative decoding with the real engine at K = 4 on a held-out prompt set:
+   Held-out text: the split of the corpus the target was trained on (its prose
+   source as the family folder records it, else the pydoc topics; --prose-source).
+2. Speculative decoding with the real engine at K = 4 on a held-out prompt set
+   (the card's code prompts and openings of held-out prose, or --prompts FILE):
    alpha, tokens per pass, measured c (draft time per drafted token over
    verification time per pass) and speed-up = autoregressive time / drafter
    time, from medians of repeated runs (drafters interleaved in each repeat so
@@ -45,9 +50,11 @@ from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
 from tools.demo_training.checkpoint import atomic_write_text  # noqa: E402
-from tools.demo_training.corpus import split_documents  # noqa: E402
+from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit, split_documents  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
+from tools.demo_training.model_card import recorded_prose_source  # noqa: E402
+from tools.demo_training.python_docs import PythonDocsMissing  # noqa: E402
 
 LEARNED = ("medusa", "mtp", "eagle", "dflash")
 BASELINES = ("draft-model", "prompt-lookup", "layer-skip")
@@ -58,8 +65,7 @@ K = 4
 # ---- teacher-forced agreement -------------------------------------------------------------------
 
 
-def heldout_blocks(tokenizer, block: int, per_domain: int) -> list[torch.Tensor]:
-    split = split_documents()
+def heldout_blocks(tokenizer, split: CorpusSplit, block: int, per_domain: int) -> list[torch.Tensor]:
     blocks = []
     for documents in (split.heldout_code, split.heldout_prose):
         ids: list[int] = []
@@ -106,11 +112,16 @@ def agreement(models, names, blocks: list[torch.Tensor], stride: int) -> dict[st
 # ---- speculative decoding speed -----------------------------------------------------------------
 
 
-def prompt_set(tokenizer, count: int = 3) -> list[str]:
-    """The demo card's code prompts plus the openings of held-out reference topics."""
-    prose = split_documents().heldout_prose[:count]
+def prompt_set(tokenizer, split: CorpusSplit, count: int = 3) -> list[str]:
+    """The demo card's code prompts plus the openings of held-out prose documents."""
+    prose = split.heldout_prose[:count]
     openings = [tokenizer.decode(tokenizer(d.text, add_special_tokens=False)["input_ids"][:24]) for d in prose]
     return list(CODE_PROMPTS) + openings
+
+
+def prompt_file(path: Path) -> list[str]:
+    """The prompt texts of a prompt file such as tools/demo_training/heldout_prompts.json."""
+    return [p["text"] for p in json.loads(Path(path).read_text())["prompts"]]
 
 
 def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...], max_new: int) -> dict:
@@ -237,6 +248,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--blocks", type=int, default=8, help="held-out blocks per domain for agreement")
     parser.add_argument("--stride", type=int, default=8, help="anchor spacing inside a block")
+    parser.add_argument("--prompts", type=Path, default=None,
+                        help="prompt file for the speed runs (JSON with a 'prompts' list of {'text': ...}, as "
+                             "tools/demo_training/heldout_prompts.json); default: the card's code prompts and "
+                             "three held-out prose openings")
+    parser.add_argument("--prose-source", choices=PROSE_SOURCES, default=None,
+                        help="held-out prose: pydoc or docs; default: what the target's family folder records, "
+                             "else pydoc")
+    parser.add_argument("--docs-dir", type=Path, default=None,
+                        help="installed Python HTML documentation (default: /usr/share/doc/pythonX.Y/html)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--card", type=Path, default=DEMO_DIR / "MODEL_CARD.md")
     parser.add_argument("--no-card", action="store_true")
@@ -249,15 +269,22 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     models = load_models(args.target, args.draft, device="cpu", dtype="float32", heads=args.heads)
     names = [n for n in BASELINES + LEARNED if n in models.available_drafters]
-    blocks = heldout_blocks(models.tokenizer, 128, args.blocks)
+    prose_source = args.prose_source or recorded_prose_source(Path(args.target or DEMO_DIR)) or "pydoc"
+    print(f"[measure] held-out prose: {prose_source}", file=sys.stderr, flush=True)
+    try:
+        split = split_documents(prose_source=prose_source, docs_dir=args.docs_dir)
+    except PythonDocsMissing as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    blocks = heldout_blocks(models.tokenizer, split, 128, args.blocks)
     started = time.monotonic()
     agree = agreement(models, names, blocks, args.stride)
     print(f"[measure] agreement in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
-    prompts = prompt_set(models.tokenizer)
+    prompts = (prompt_file(args.prompts) if args.prompts is not None else prompt_set(models.tokenizer, split))
     report = {"agreement": agree, "anchors": sum(len(range(16, b.numel() - 1, args.stride)) for b in blocks),
               "speed": speed(models, names, prompts, args.repeats, args.max_new_tokens),
               "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
-              "heads": head_summary(models),
+              "heads": head_summary(models), "prose_source": prose_source,
               "hardware": f"{torch.get_num_threads()} CPU thread, float32"}
     print(json.dumps(report, indent=2))
     if not args.no_card:

@@ -3,9 +3,12 @@
 
     python tools/train_heads.py                       # demo target -> assets/models/demo/heads/<family>/
     python tools/train_heads.py --quick --target DIR --out DIR     # ~1 minute miniature (tests)
+    python tools/train_heads.py --target DIR --prose-source docs    # corpus prose: the Python documentation
     python -m tools.train_heads ...                   # the same
 
-Self-distillation on the target's own soft labels (see tools/head_training/data.py);
+Self-distillation on the target's own soft labels (see tools/head_training/data.py), on
+the corpus the target was trained on: the prose source its family folder records in
+playground.json (or MODEL_CARD.md), else the pydoc topics; --prose-source overrides it.
 each family's training forward lives beside its drafter in app/engine/drafters/heads,
 the rest of the pipeline in tools/head_training.
 
@@ -32,6 +35,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from app.engine.drafters.heads import FAMILIES, TargetShape, default_config
+from tools.demo_training.corpus import PROSE_SOURCES
+from tools.demo_training.model_card import recorded_prose_source
+from tools.demo_training.python_docs import PythonDocsMissing
 from tools.head_training.data import build_data, display_name, load_target, target_checksum
 from tools.head_training.family import export, train_family, write_format_notes
 from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, full_run, log, quick_run
@@ -44,11 +50,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="default: assets/models/demo/heads")
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of " +
                         ", ".join(FAMILIES))
+    parser.add_argument("--prose-source", choices=PROSE_SOURCES, default=None,
+                        help="corpus prose: pydoc (language reference topics) or docs (the installed Python "
+                             "documentation); default: what the target's family folder records, else pydoc")
+    parser.add_argument("--docs-dir", type=Path, default=None,
+                        help="installed Python HTML documentation for --prose-source docs "
+                             "(default: /usr/share/doc/pythonX.Y/html)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--checkpoint-minutes", type=float, default=2.0)
     return parser.parse_args(argv)
+
+
+def prose_source_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The corpus prose for the heads and why: the option, the target's record, or the v1 default."""
+    if args.prose_source is not None:
+        return args.prose_source, "--prose-source"
+    recorded = recorded_prose_source(args.target)
+    if recorded is not None:
+        return recorded, "as the target's family folder records"
+    return "pydoc", "the default: the target's folder records no corpus"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
-    run = quick_run(args.seed) if args.quick else full_run(args.seed)
+    prose_source, why = prose_source_of(args)
+    log(f"corpus prose: {prose_source} ({why})")
+    run = (quick_run if args.quick else full_run)(args.seed, prose_source)
     out = (args.out or DEMO_HEADS).resolve()
     target, tokenizer = load_target(args.target)
     shape = TargetShape.of(target, target.config.num_hidden_layers)
@@ -67,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     layers = tuple(sorted({i for f in families for i in default_config(f, shape).feature_layers}))
     started = time.monotonic()
-    data = build_data(target, tokenizer, run, layers, cache)
+    try:
+        data = build_data(target, tokenizer, run, layers, cache, args.docs_dir)
+    except PythonDocsMissing as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     log(f"data ready in {time.monotonic() - started:.0f}s: {tuple(data['tokens'].shape)} tokens")
     summary = {}
     for family in families:

@@ -132,7 +132,7 @@ def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seco
         "total_seconds": timings["tokenizer"] + timings["packing"] + target_result.seconds + draft_result.seconds,
         "evaluation_seconds": time.monotonic() - started,
     }
-    write_playground_json(out_dir, evaluation["recommended_exit"], config.seed)
+    write_playground_json(out_dir, evaluation["recommended_exit"], config.seed, config.prose_source)
     summary = corpus_summary(split, config.prose_source, docs_dir)
     write_card(out_dir, dataclasses.asdict(config), summary, training, evaluation)
     report = {"training": training, "evaluation": evaluation}

@@ -188,9 +188,14 @@ def evaluate_folder(models_dir: Path, split: CorpusSplit, eval_blocks: int, new_
     tokenizer = AutoTokenizer.from_pretrained(models_dir / "target")
     blocks = heldout_blocks(tokenizer, split, target.config.max_position_embeddings, eval_blocks)
     domains = {name: domain_metrics(target, draft, value) for name, value in blocks.items()}
+    # Perplexity per token depends on the tokenizer: text per token makes families with different
+    # vocabularies comparable (bits per character = loss / ln 2 / characters per token).
+    characters = {name: round(len(tokenizer.decode(value[:, 1:].flatten(), skip_special_tokens=True))
+                              / max(1, value[:, 1:].numel()), 3) for name, value in blocks.items()}
     plans = exit_plans(domains["code"], target.config)
     return {
         "domains": domains,
+        "characters_per_token": characters,
         "recommended_exit": recommend_exit(plans),
         "exit_plans": plans,
         "lm_head_in_layers": round(lm_head_in_layers(target.config), 2),

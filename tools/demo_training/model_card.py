@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,10 +25,41 @@ def rebuild_command(run_name: str) -> str:
     return REBUILD_COMMAND + RUN_ARGUMENTS.get(run_name, "")
 
 
-def write_playground_json(folder: Path, exit_depth: int, seed: int) -> None:
+def write_playground_json(folder: Path, exit_depth: int, seed: int, prose_source: str = "pydoc") -> None:
+    # prose_source: the corpus the family was trained on, so that tools training or measuring against
+    # it (train_heads.py, evaluate_demo_models.py, measure_drafters.py) use the same text and held-out split.
     atomic_write_json(folder / "playground.json", {
         "target": "target", "draft": "draft", "layer_skip_exit": exit_depth,
-        "seed": seed, "trained_with": "tools/train_demo_models.py"})
+        "seed": seed, "trained_with": "tools/train_demo_models.py", "prose_source": prose_source})
+
+
+def recorded_prose_source(folder: Path) -> str | None:
+    """The prose source a family was trained on, as its folder records it; None when it records nothing.
+
+    ``folder`` is the family folder or its ``target/``. Read from ``playground.json`` (``prose_source``),
+    else from the corpus section of ``MODEL_CARD.md`` (cards written before playground.json recorded it).
+    """
+    folder = Path(folder)
+    for family in (folder, folder.parent):
+        manifest = family / "playground.json"
+        if manifest.is_file():
+            try:
+                source = json.loads(manifest.read_text()).get("prose_source")
+            except (OSError, ValueError, AttributeError):
+                source = None
+            if source is not None:
+                return str(source)
+        card = family / "MODEL_CARD.md"
+        if card.is_file():
+            for source, description in PROSE_DESCRIPTIONS.items():
+                if card_prose_marker(description) in card.read_text():
+                    return source
+    return None
+
+
+def card_prose_marker(description: str) -> str:
+    """The fixed start of a prose description, as the card prints it (before any placeholder)."""
+    return description.split("{", 1)[0].split("\n", 1)[0]
 
 
 def existing_drafter_section(card: Path) -> str | None:

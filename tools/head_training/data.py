@@ -1,7 +1,8 @@
 """The frozen target and the cached training data: its hidden states and top-k soft labels.
 
-Self-distillation: the training text is the demo corpus (CPython stdlib code
-and the language reference, from tools/demo_training) plus continuations the
+Self-distillation: the training text is the demo corpus the target was trained
+on (CPython stdlib code and, as `HeadsRun.prose_source` says, the language
+reference topics or the Python documentation, from tools/demo_training) plus continuations the
 target writes itself from corpus prefixes (half greedy, half sampled), and
 every label is the target's own next-token distribution (its top-8 probabilities)
 at that position, never the corpus token. The target's hidden states and
@@ -56,9 +57,9 @@ def corpus_stream(tokenizer, documents) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def corpus_blocks(tokenizer, run: HeadsRun) -> torch.Tensor:
-    split = split_documents(run.max_code_files, run.max_prose_docs)
-    documents = training_documents(split, run.seed, prose_repeats=2)
+def corpus_blocks(tokenizer, run: HeadsRun, docs_dir: Path | None = None) -> torch.Tensor:
+    split = split_documents(run.max_code_files, run.max_prose_docs, run.prose_source, docs_dir)
+    documents = training_documents(split, run.seed, prose_repeats=run.prose_repeats)
     blocks = pack_blocks(corpus_stream(tokenizer, documents), run.seq_len)  # (S, T)
     return spread_blocks(blocks, run.corpus_sequences + run.generated_sequences)
 
@@ -103,12 +104,13 @@ def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch:
             "label_ids": torch.cat(label_ids), "label_probs": torch.cat(label_probs)}
 
 
-def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache: Path) -> dict:
+def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache: Path,
+               docs_dir: Path | None = None) -> dict:
     path = cache / f"data-{run.data_fingerprint()}.pt"
     saved = load_if_exists(path)
     if saved is not None and set(saved["features"]) >= set(layers):
         return saved
-    blocks = corpus_blocks(tokenizer, run)
+    blocks = corpus_blocks(tokenizer, run, docs_dir)
     generator = torch.Generator().manual_seed(run.seed)
     order = torch.randperm(len(blocks), generator=generator)
     corpus = blocks[order[: run.corpus_sequences]]

@@ -38,10 +38,14 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
     training = {"seed": run.seed, "run": run.name, "steps": result.steps, "seconds": round(result.seconds, 1),
                 "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
-                "data": "stdlib code + language reference (tools/demo_training corpus) and target continuations; "
-                        "labels: target top-8 probabilities",
+                "data": f"stdlib code + {PROSE_NAMES[run.prose_source]} (tools/demo_training corpus) and target "
+                        "continuations; labels: target top-8 probabilities",
+                "prose_source": run.prose_source,
                 "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
+
+
+PROSE_NAMES = {"pydoc": "language reference", "docs": "Python documentation"}
 
 
 def export(out: Path, family: str, config: HeadConfig, module: torch.nn.Module) -> None:

@@ -10,11 +10,15 @@ from pathlib import Path
 
 from app.engine.drafters.heads import FAMILIES
 
-from ..demo_training.config import StageSchedule
+from ..demo_training.config import StageSchedule, full_config, v2_config
+from ..demo_training.corpus import PROSE_SOURCES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TARGET = REPO_ROOT / "assets" / "models" / "demo" / "target"
 DEMO_HEADS = REPO_ROOT / "assets" / "models" / "demo" / "heads"
+# Prose weighting per prose source, as the demo families were trained on it (v1: the pydoc topics twice;
+# v2: the documentation once), so the heads see the target's own corpus mixture.
+PROSE_REPEATS = {"pydoc": full_config().prose_repeats, "docs": v2_config().prose_repeats}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +38,20 @@ class HeadsRun:
     eagle_unroll: int = 3
     dflash_anchors: int = 32
     loss_rows: float = 0.5  # share of positions given to the LM head per step (it dominates the cost)
+    # The corpus prose (demo_training.corpus): the one the target was trained on.
+    prose_source: str = "pydoc"
+    prose_repeats: int = 2
+
+    def __post_init__(self) -> None:
+        if self.prose_source not in PROSE_SOURCES:
+            raise ValueError(f"unknown prose source {self.prose_source!r}; expected one of {PROSE_SOURCES}")
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
     def data_fingerprint(self) -> str:
         keys = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prompt_len", "max_code_files",
-                "max_prose_docs")
+                "max_prose_docs", "prose_source", "prose_repeats")
         payload = {k: getattr(self, k) for k in keys}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
@@ -50,10 +61,17 @@ def schedule(steps: int, lr: float, batch: int) -> dict:
                                             warmup_steps=max(2, steps // 20), weight_decay=0.01))
 
 
-def full_run(seed: int) -> HeadsRun:
+def prose_repeats(prose_source: str) -> int:
+    if prose_source not in PROSE_REPEATS:
+        raise ValueError(f"unknown prose source {prose_source!r}; expected one of {PROSE_SOURCES}")
+    return PROSE_REPEATS[prose_source]
+
+
+def full_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
     """Sized for about 20 minutes on 2 CPU cores (shared with other jobs), all four families."""
     return HeadsRun(
-        name="full", seed=seed, seq_len=128, corpus_sequences=2400, generated_sequences=800, prompt_len=32,
+        name="full", seed=seed, prose_source=prose_source, prose_repeats=prose_repeats(prose_source),
+        seq_len=128, corpus_sequences=2400, generated_sequences=800, prompt_len=32,
         max_code_files=None, max_prose_docs=None,
         schedules={"medusa": schedule(1000, 3e-3, 8), "mtp": schedule(800, 2e-3, 8),
                    "eagle": schedule(900, 2e-3, 8), "dflash": schedule(1200, 2e-3, 8)},
@@ -64,10 +82,11 @@ def full_run(seed: int) -> HeadsRun:
     )
 
 
-def quick_run(seed: int) -> HeadsRun:
+def quick_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
     """A miniature end-to-end run for the test suite."""
     return HeadsRun(
-        name="quick", seed=seed, seq_len=48, corpus_sequences=12, generated_sequences=4, prompt_len=16,
+        name="quick", seed=seed, prose_source=prose_source, prose_repeats=prose_repeats(prose_source),
+        seq_len=48, corpus_sequences=12, generated_sequences=4, prompt_len=16,
         max_code_files=8, max_prose_docs=2,
         schedules={family: schedule(40, 5e-3, 4) for family in FAMILIES},
         arch={"medusa": {"num_heads": 3}, "mtp": {"depths": 2, "intermediate": 64, "window": 8},
