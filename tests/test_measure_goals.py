@@ -1,0 +1,57 @@
+"""The loop metric and parse check of tools/measure_goals.py, and one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.measure_goals import LOOP_THRESHOLD, loop_share, parses
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_loops_of_any_short_period_cover_the_whole_window():
+    assert loop_share([7] * 100) == 1.0  # "\n\n\n..."
+    assert loop_share([1, 2] * 50) == 1.0  # "#\n#\n..."
+    assert loop_share([3, 4, 5, 6, 7] * 20) == 1.0  # "of the number of the number ..."
+    assert loop_share(list(range(20)) * 5) == 1.0  # a whole line repeated
+
+
+def test_text_without_repeats_is_not_degenerate():
+    assert loop_share(list(range(200))) == 0.0
+    once_repeated = list(range(40)) + list(range(10, 14)) + list(range(100, 120))
+    assert loop_share(once_repeated) == 8 / 64  # a 4-gram twice in the last 64 tokens
+    assert loop_share(list(range(100)) + list(range(200, 230)) * 2) >= LOOP_THRESHOLD  # a 30-token line twice
+    assert loop_share(list(range(100)) + list(range(200, 215)) * 2 + list(range(300, 334))) < LOOP_THRESHOLD
+    assert loop_share([1, 2, 3]) == 0.0  # shorter than any counted n-gram
+
+
+def test_a_code_continuation_parses_but_for_its_cut_off_last_line():
+    assert parses("def f(x):", "\n    return x + 1\n\n\ndef g(y):\n    return f(")
+    assert parses("class A:", "\n    def m(self):")  # an open block is allowed
+    assert not parses("def f(x):", "\n    return x +\n    )\n    y = 2")
+
+
+def test_tiny_families_side_by_side(tiny_llama, tmp_path):
+    family = tmp_path / "tiny"
+    family.mkdir()
+    (family / "target").symlink_to(tiny_llama[0])
+    (family / "draft").symlink_to(tiny_llama[1])
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps({"prompts": [{"id": "c", "domain": "code", "text": "def add(a, b):"},
+                                               {"id": "p", "domain": "prose", "text": "The quick brown"}]}))
+    command = [sys.executable, "tools/measure_goals.py", "--family", f"a={family}", "--family", f"b={family}",
+               "--prompts", str(prompts), "--max-new-tokens", "12", "--repeats", "1", "--json", str(tmp_path / "o")]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert process.returncode == 0, process.stderr[-3000:]
+    report = json.loads((tmp_path / "o").read_text())
+    assert set(report["families"]) == {"a", "b"}
+    figures = report["families"]["a"]
+    assert set(figures["all_prompts"]) == {"autoregressive", "draft-model"}  # no heads in the folder
+    row = figures["all_prompts"]["draft-model"]
+    assert row["accepted"] <= row["drafted"] and 1 <= row["tokens_per_pass"] <= 5
+    assert figures["code_parses"].endswith("/1") and figures["continuations"]["c"]["tokens"] == 12

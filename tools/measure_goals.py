@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Measure demo families side by side on the held-out prompts: loops, parse rate, acceptance, speed-up.
+
+    python tools/measure_goals.py                                   # the bundled family
+    python tools/measure_goals.py --family v1=assets/models/demo --family v2=DIR --json OUT
+
+Every family folder holds ``target/``, ``draft/`` and optionally ``heads/``.
+One process, one torch thread by default, float32 on the CPU, greedy decoding
+with the real engine at K = 4 on the prompts of
+``tools/demo_training/heldout_prompts.json`` (written for the project, never
+tuned on), each run interleaved with autoregressive decoding of the same
+prompt (repeat -> prompt -> family -> drafter), so a change of machine load
+hits all rows alike.
+
+Per family:
+
+- Greedy continuations of ``--max-new-tokens`` tokens (the autoregressive run;
+  every drafter's output is checked to equal it token for token). **Loop
+  metric**: the largest share of the last 64 generated tokens covered by the
+  occurrences of one n-gram (4 <= n <= 32) that occurs at least twice there;
+  a continuation is degenerate when that share is >= 0.5. A code continuation
+  **parses** when every line of prompt + continuation parses except possibly
+  the last, cut-off one (one open block allowed, see
+  ``demo_training.evaluation.valid_python_lines``).
+- Per drafter: per-token acceptance of the tested positions alpha = accepted /
+  (accepted + passes that ended in a rejection) (the drafts after a pass's
+  first rejection are never tested), the acceptance rate accepted / drafted
+  (drafts clipped by the token limit left out; app/engine/stats.py), tokens per pass,
+  tokens/s and the speed-up = autoregressive time / drafter time (sums of
+  per-prompt medians over the repeats), over all prompts and over the prompts
+  whose continuation is not degenerate (the figures that count: loops make any
+  drafter look good).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(REPO_ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no spinning on a shared CPU
+
+import torch  # noqa: E402
+
+from tools.demo_training.evaluation import valid_python_lines  # noqa: E402
+
+PROMPTS = REPO_ROOT / "tools" / "demo_training" / "heldout_prompts.json"
+DEFAULT_FAMILY = REPO_ROOT / "assets" / "models" / "demo"
+DRAFTERS = ("draft-model", "medusa", "mtp", "eagle", "dflash")
+K = 4
+LOOP_WINDOW = 64
+LOOP_MIN_N, LOOP_MAX_N = 4, 32
+LOOP_THRESHOLD = 0.5
+
+
+# ---- text quality -------------------------------------------------------------------------------
+
+
+def loop_share(tokens: list[int], window: int = LOOP_WINDOW) -> float:
+    """Largest share of the last `window` tokens covered by the occurrences of one repeated n-gram."""
+    tail = tokens[-window:]
+    best = 0
+    for n in range(LOOP_MIN_N, min(LOOP_MAX_N, len(tail) - 1) + 1):
+        starts: dict[tuple[int, ...], list[int]] = {}
+        for i in range(len(tail) - n + 1):
+            starts.setdefault(tuple(tail[i:i + n]), []).append(i)
+        for positions in starts.values():
+            if len(positions) >= 2:
+                covered: set[int] = set()
+                for i in positions:
+                    covered.update(range(i, i + n))
+                best = max(best, len(covered))
+    return best / max(1, len(tail))
+
+
+def parses(prompt: str, continuation: str) -> bool:
+    """Every line of prompt + continuation parses but possibly the last (cut off by the token limit)."""
+    text = prompt + continuation
+    lines = text.split("\n")
+    return valid_python_lines(text) >= len(lines) - 1
+
+
+# ---- decoding -----------------------------------------------------------------------------------
+
+
+def decode_once(decoder, prompt: str, drafter: str | None, max_new: int) -> dict:
+    from app.engine.events import EndEvent, PassEvent
+    from app.engine.settings import DecodeSettings
+    from app.engine.stats import Acceptance
+
+    settings = DecodeSettings(drafters=(drafter,) if drafter else (), k=K, max_new_tokens=max_new)
+    passes, acceptance = 0, Acceptance()
+    end = None
+    started = time.perf_counter()
+    for event in decoder.generate(prompt, settings):
+        if isinstance(event, PassEvent):
+            passes += 1
+            acceptance.add(event.drafted)
+        end = event
+    seconds = time.perf_counter() - started
+    if not isinstance(end, EndEvent) or end.reason == "error":
+        raise RuntimeError(f"{drafter or 'autoregressive'} failed on {prompt[:40]!r}: {end}")
+    return {"seconds": seconds, "tokens": list(end.token_ids), "text": end.text, "passes": passes,
+            "drafted": acceptance.judged, "accepted": acceptance.accepted, "rejected": acceptance.rejections}
+
+
+def load_family(folder: Path):
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+
+    heads = folder / "heads"
+    models = load_models(str(folder / "target"), str(folder / "draft"), device="cpu", dtype="float32",
+                         heads=str(heads) if heads.is_dir() else None)
+    return models, SpeculativeDecoder(models)
+
+
+def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
+    """Figures of every method over the prompt ids in `keep` (first repeat for counts, medians for time)."""
+    if not keep:
+        return {}
+    ar = sum(statistics.median(r["seconds"] for r in runs["autoregressive"][p]) for p in keep)
+    out = {}
+    for method, by_prompt in runs.items():
+        first = [by_prompt[p][0] for p in keep]
+        seconds = sum(statistics.median(r["seconds"] for r in by_prompt[p]) for p in keep)
+        tokens = sum(len(r["tokens"]) for r in first)
+        row = {"seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+               "speedup": round(ar / seconds, 3)}
+        if method != "autoregressive":
+            accepted, drafted = sum(r["accepted"] for r in first), sum(r["drafted"] for r in first)
+            tested = accepted + sum(r["rejected"] for r in first)
+            row.update({"alpha_tested": round(accepted / tested, 4) if tested else None,
+                        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+                        "accepted": accepted, "drafted": drafted,
+                        "tokens_per_pass": round(tokens / max(1, sum(r["passes"] for r in first)), 3)})
+        out[method] = row
+    return out
+
+
+def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_new: int,
+            drafters: tuple[str, ...]) -> dict:
+    loaded = {name: load_family(folder) for name, folder in families.items()}
+    methods = {name: ["autoregressive"] + [d for d in drafters if d in models.available_drafters]
+               for name, (models, _) in loaded.items()}
+    runs: dict[str, dict[str, dict[str, list[dict]]]] = {
+        name: {m: {p["id"]: [] for p in prompts} for m in methods[name]} for name in families}
+    for name, (_, decoder) in loaded.items():  # warm-up: allocators, caches, lazy imports
+        for method in methods[name]:
+            decode_once(decoder, prompts[0]["text"], None if method == "autoregressive" else method, 8)
+    started = time.monotonic()
+    for repeat in range(repeats):
+        for prompt in prompts:
+            for name, (_, decoder) in loaded.items():
+                for method in methods[name]:
+                    run = decode_once(decoder, prompt["text"], None if method == "autoregressive" else method,
+                                      max_new)
+                    reference = runs[name]["autoregressive"][prompt["id"]]
+                    if method != "autoregressive" and run["tokens"] != reference[0]["tokens"]:
+                        raise AssertionError(f"{name} {method} differs from greedy decoding on {prompt['id']}")
+                    runs[name][method][prompt["id"]].append(run)
+        print(f"[goals] repeat {repeat + 1}/{repeats} done after {time.monotonic() - started:.0f}s",
+              file=sys.stderr, flush=True)
+    report = {}
+    for name in families:
+        continuations = {}
+        for prompt in prompts:
+            run = runs[name]["autoregressive"][prompt["id"]][0]
+            share = loop_share(run["tokens"])
+            entry = {"domain": prompt["domain"], "tokens": len(run["tokens"]), "loop_share": round(share, 3),
+                     "degenerate": share >= LOOP_THRESHOLD, "text": run["text"]}
+            if prompt["domain"] == "code":
+                entry["parses"] = parses(prompt["text"], run["text"])
+            continuations[prompt["id"]] = entry
+        clean = [p["id"] for p in prompts if not continuations[p["id"]]["degenerate"]]
+        code = [c for c in continuations.values() if c["domain"] == "code"]
+        report[name] = {
+            "folder": str(families[name]),
+            "prompts_free_of_loops": f"{len(clean)}/{len(prompts)}",
+            "code_parses": f"{sum(c['parses'] for c in code)}/{len(code)}",
+            "all_prompts": summarise(runs[name], prompts, [p["id"] for p in prompts]),
+            "prompts_free_of_loops_only": summarise(runs[name], prompts, clean),
+            "continuations": continuations,
+        }
+    return report
+
+
+def parse_family(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep:
+        name, folder = Path(text).name, text
+    return name, Path(folder).expanduser()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", action="append", type=parse_family, default=None, metavar="NAME=DIR",
+                        help="a family folder (target/, draft/, heads/); repeat to compare (default: the bundled)")
+    parser.add_argument("--prompts", type=Path, default=PROMPTS)
+    parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated; those a family lacks are "
+                        "left out")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    families = dict(args.family or [("demo", DEFAULT_FAMILY)])
+    prompts = json.loads(args.prompts.read_text())["prompts"]
+    drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    load = os.getloadavg()
+    report: dict = {"settings": {"k": K, "greedy": True, "threads": torch.get_num_threads(), "dtype": "float32",
+                           "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                           "prompts": len(prompts), "loop_metric": f"share of the last {LOOP_WINDOW} tokens "
+                           f"covered by one repeated n-gram ({LOOP_MIN_N} <= n <= {LOOP_MAX_N}); degenerate "
+                           f"at >= {LOOP_THRESHOLD}"},
+              "load_average_before": [round(x, 2) for x in load]}
+    started = time.monotonic()
+    report["families"] = measure(families, prompts, args.repeats, args.max_new_tokens, drafters)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    report["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(report, indent=2)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
