@@ -13,6 +13,11 @@ itself (a 4D attention mask), at position `length + (tail ancestors)`. The
 tail is then either kept as one path (`keep_path`: the accepted nodes' keys
 and values are moved next to the sequence, nothing is recomputed) or dropped;
 every other call drops it first.
+
+The cache is dynamic or static (`app/engine/execution.py`, `static_cache.py`). On the static path a crop is
+a move of the write position, every forward gets a 4D mask over the cache's capacity, and, when compiling,
+the short forwards run compiled with their rows padded to a power of two (the padding rows write past the
+sequence, where the next forward overwrites them).
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, StaticLayer
 
+from app.engine.errors import is_out_of_memory
+from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
+from app.engine.static_cache import StaticKV, static_problem
 from app.engine.tree import TreeRows
 
 _LAYER_LISTS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
@@ -49,16 +57,24 @@ def find_layer_list(model) -> tuple[object, str, nn.ModuleList] | None:
     return None
 
 
+def layer_subset(model, keep: Sequence[int]) -> nn.ModuleList:
+    """The decoder layers `keep` of `model`, in order."""
+    found = find_layer_list(model)
+    assert found is not None, "layer subsets are offered only for models whose layer list is recognised"
+    return nn.ModuleList([found[2][i] for i in keep])
+
+
 @contextmanager
-def only_layers(model, keep: Sequence[int] | None):
-    """Temporarily run `model` with only the decoder layers `keep` (in order)."""
+def only_layers(model, keep: Sequence[int] | nn.ModuleList | None):
+    """Temporarily run `model` with only the decoder layers `keep` (indices in order, or a `layer_subset` built
+    once, which spares building it at every forward)."""
     if keep is None:
         yield
         return
     found = find_layer_list(model)
     assert found is not None, "layer subsets are offered only for models whose layer list is recognised"
     owner, attribute, layers = found
-    setattr(owner, attribute, nn.ModuleList([layers[i] for i in keep]))
+    setattr(owner, attribute, keep if isinstance(keep, nn.ModuleList) else layer_subset(model, keep))
     try:
         yield
     finally:
@@ -78,16 +94,40 @@ def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
 class CachedModel:
     """A model and the token ids whose keys and values sit in its cache."""
 
-    def __init__(self, model, layers: Sequence[int] | None = None) -> None:
+    def __init__(self, model, layers: Sequence[int] | None = None, execution: Execution | None = None,
+                 role: str = "model") -> None:
         self.model = model
         self.layers = tuple(layers) if layers is not None else None
+        self._subset = layer_subset(model, self.layers) if self.layers is not None else None
         self.device = next(model.parameters()).device
         self.feature_layers: tuple[int, ...] = ()
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.execution = execution or Execution()
+        problem = static_problem(model) if self.execution.cache == "static" else None
+        if problem is not None:
+            self.execution.note(f"{problem}: the {role} keeps the dynamic cache")
+        self._static = StaticKV(model) if self.execution.cache == "static" and problem is None else None
+        self._compiled_step = None  # the compiled forward, made at its first use
         self.reset()
 
+    @property
+    def static(self) -> bool:
+        """The cache is static: a rollback moves its write position."""
+        return self._static is not None
+
+    @property
+    def compiled(self) -> bool:
+        """The short forwards run compiled (until a compile fails)."""
+        return self._static is not None and self.execution.compiles
+
+    @property
+    def cache(self):
+        return self._dynamic if self._static is None else self._static.cache
+
     def reset(self) -> None:
-        self.cache = DynamicCache()
+        self._dynamic = DynamicCache() if self._static is None else None
+        if self._static is not None:
+            self._static.seek(0)
         self.ids = torch.empty(0, dtype=torch.long)  # (L,) on CPU
         self.features: list[torch.Tensor] = []  # per feature layer: (L, H) hidden states aligned with the cache
         self._tail = TreeRows()
@@ -111,6 +151,11 @@ class CachedModel:
         self.drop_tail()
         if length >= self.length:
             return
+        if self._static is not None:  # the entries past `length` are overwritten by the next forward
+            self.ids = self.ids[:length]
+            self.features = [f[:length] for f in self.features]
+            self._static.seek(length)
+            return
         if length == 0 or not self.cache.is_croppable:
             kept = self.ids[:length]
             self.reset()
@@ -130,25 +175,90 @@ class CachedModel:
         self.drop_tail()
         start = self.length
         positions = torch.arange(start, start + new_ids.numel(), device=self.device)
-        head = {"logits_to_keep": last} if last is not None and self._keeps_logits and last < new_ids.numel() else {}
-        with torch.inference_mode(), only_layers(self.model, self.layers):
-            out = self.model(
-                input_ids=new_ids.to(self.device)[None],
-                position_ids=positions[None],
-                cache=self.cache,
-                use_cache=True,
-                output_hidden_states=output_hidden_states or bool(self.feature_layers),
-                **head,
-            )
+        hidden = output_hidden_states or bool(self.feature_layers)
+        logits, states = self._forward(new_ids, positions, None, hidden, last, slot=start)
         self.ids = torch.cat([self.ids, new_ids.cpu()])
-        logits = out.logits[0].float()  # (T, V)
         if self.feature_layers:
-            fresh = [out.hidden_states[i][0] for i in self.feature_layers]  # each (T, H)
+            fresh = [states[i] for i in self.feature_layers]  # each (T, H)
             self.features = [torch.cat([old, new]) for old, new in zip(self.features, fresh, strict=True)] \
                 if self.features else fresh
         if output_hidden_states:
-            return logits, tuple(h[0] for h in out.hidden_states)
+            return logits, states
         return logits
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, hidden: bool,
+                 last: int | None, slot: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Feed `tokens` (T,) at `positions` (T,) into cache entries `slot` .. `slot + T - 1`, after the sequence
+        and the tail: logits (T or `last`, V) float32 and hidden states (each (T, H)) when `hidden`. `visible`
+        (T, slot + T) says which entries each row sees (None: a chain, each row sees the sequence up to itself)."""
+        if self._static is not None:
+            return self._static_forward(tokens, positions, visible, hidden, last, slot)
+        rows = tokens.numel()
+        mask = {}
+        if visible is not None:
+            dtype = self.model.dtype
+            additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+            mask = {"attention_mask": additive.to(self.device)[None, None]}  # (1, 1, T, S)
+        head = {"logits_to_keep": last} if last is not None and self._keeps_logits and last < rows else {}
+        with torch.inference_mode(), only_layers(self.model, self._subset):
+            out = self.model(input_ids=tokens.to(self.device)[None], position_ids=positions[None], cache=self.cache,
+                             use_cache=True, output_hidden_states=hidden, **mask, **head)
+        return out.logits[0].float(), tuple(h[0] for h in out.hidden_states) if hidden else ()
+
+    def _static_forward(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None,
+                        hidden: bool, last: int | None, start: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """`_forward` on the static cache: written from the write position `start` on, compiled when it may be."""
+        static = self._static
+        assert static is not None, "called on the static path only"
+        rows = tokens.numel()
+        prefill = last is not None and rows > last + 1  # most rows are fed for the cache alone: a prompt
+        compiled = self.compiled and rows <= COMPILED_ROWS and not prefill
+        fed = padded_rows(rows) if compiled else rows
+        static.reserve(start + fed, kept=start)
+        if fed > rows:  # padding rows repeat the last position and write past the rows that count
+            tokens = torch.cat([tokens.cpu(), tokens.new_zeros(fed - rows).cpu()])
+            positions = torch.cat([positions, positions[-1:].expand(fed - rows)])
+            if visible is not None:
+                visible = torch.cat([visible, visible[-1:].expand(fed - rows, -1)])
+        mask = static.chain_mask(positions.to(self.device)) if visible is None else static.tree_mask(visible)
+        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden)
+        keep = last if last is not None and self._keeps_logits and last < rows else 0
+        out = None
+        with torch.inference_mode(), only_layers(self.model, self._subset):
+            static.seek(start)
+            if compiled:
+                out = self._run_compiled(inputs)
+                if out is None:  # the compile failed: the cache is written again eagerly
+                    static.seek(start)
+            if out is None:
+                out = self._step(*inputs, keep=keep)
+        logits = out.logits[0, :rows][-last:] if compiled and last is not None else out.logits[0, :rows]
+        states = tuple(h[0, :rows] for h in out.hidden_states) if hidden else ()
+        if compiled and self.device.type == "cuda":  # a captured graph's outputs are overwritten by its next replay
+            logits, states = logits.clone(), tuple(h.clone() for h in states)
+        return logits.float(), states
+
+    def _step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, hidden: bool,
+              keep: int = 0):
+        """One forward on the static cache (the logits of the last `keep` rows only, 0: all): what is compiled."""
+        head = {"logits_to_keep": keep} if keep else {}
+        return self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=self.cache,
+                          use_cache=True, output_hidden_states=hidden, **head)
+
+    def _run_compiled(self, inputs: tuple):
+        """The compiled forward's output, or None when compiling or capturing failed (then never tried again)."""
+        try:
+            step = self._compiled_step
+            if step is None:
+                step = self._compiled_step = compile_step(self._step, self.device)
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            return step(*inputs)
+        except Exception as exc:  # any compile or capture failure falls back to eager forwards
+            if is_out_of_memory(exc):
+                raise
+            self.execution.give_up_compiling(exc)
+            return None
 
     def advance_to(self, ids: torch.Tensor, output_hidden_states: bool = False, last: int | None = None):
         """Make the cache hold `ids` (N,); logits of the tokens that had to be fed (of at most `last` of them).
@@ -171,22 +281,13 @@ class CachedModel:
         positions = (self.length + tail.depths[new]).to(self.device)  # (T,)
         visible = torch.cat([torch.ones(tokens.numel(), self.length, dtype=torch.bool),
                              tail.sees[new]], dim=1)  # (T, L + tail)
-        dtype = self.model.dtype
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        with torch.inference_mode(), only_layers(self.model, self.layers):
-            out = self.model(
-                input_ids=tokens.to(self.device)[None],
-                position_ids=positions[None],
-                attention_mask=mask.to(self.device)[None, None],  # (1, 1, T, L + tail)
-                cache=self.cache,
-                use_cache=True,
-                output_hidden_states=bool(self.feature_layers),
-            )
+        logits, states = self._forward(tokens, positions, visible, bool(self.feature_layers), None,
+                                       slot=new.start + self.length)
         if self.feature_layers:
-            fresh = [out.hidden_states[i][0] for i in self.feature_layers]  # each (T, H)
+            fresh = [states[i] for i in self.feature_layers]  # each (T, H)
             tail.features = [torch.cat([old, f]) for old, f in zip(tail.features, fresh, strict=True)] \
                 if tail.features else fresh
-        return out.logits[0].float()
+        return logits
 
     def keep_path(self, rows: list[int]) -> None:
         """Keep tail rows `rows` (a root-to-node path, in order) as the next tokens of the sequence; drop the rest.
@@ -198,10 +299,12 @@ class CachedModel:
         length = self.length
         if rows != list(range(len(rows))):  # a path of the first rows already sits where it belongs
             keep = torch.tensor([length + r for r in rows], device=self.device)
+            layers = self.cache.layers if self._static is None else self._static.layers()
             with torch.inference_mode():
-                for layer in self.cache.layers:
-                    assert isinstance(layer, DynamicLayer), "tree_problem() admits full-attention layers only"
-                    for states in (layer.keys, layer.values):  # each (B, heads, L + tail, d)
+                for layer in layers:
+                    assert isinstance(layer, DynamicLayer | StaticLayer), \
+                        "tree_problem() admits full-attention layers only"
+                    for states in (layer.keys, layer.values):  # each (B, heads, L + tail or capacity, d)
                         assert states is not None
                         states[..., length: length + len(rows), :] = states.index_select(-2, keep)
         if tail.features:
@@ -210,7 +313,9 @@ class CachedModel:
                              zip(self.features, tail.features, strict=True)] if self.features else \
                 [t.index_select(0, kept) for t in tail.features]
         path_ids = tail.tokens[torch.tensor(rows, dtype=torch.long)] if rows else tail.tokens[:0]
-        if len(tail) > len(rows):
+        if self._static is not None:
+            self._static.seek(length + len(rows))
+        elif len(tail) > len(rows):
             self.cache.crop(len(rows) - len(tail))
         self.ids = torch.cat([self.ids, path_ids])
         self._tail = TreeRows()
@@ -218,7 +323,10 @@ class CachedModel:
     def drop_tail(self) -> None:
         """Forget the tail rows: the cache holds the sequence alone again."""
         if len(self._tail):
-            self.cache.crop(-len(self._tail))
+            if self._static is not None:
+                self._static.seek(self.length)
+            else:
+                self.cache.crop(-len(self._tail))
             self._tail = TreeRows()
 
     def tree_problem(self) -> str | None:

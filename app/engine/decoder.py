@@ -31,6 +31,7 @@ from app.engine.events import (
     EndEvent,
     EndReason,
     Event,
+    ExecutionMode,
     Ledger,
     NoticeEvent,
     PassEvent,
@@ -111,7 +112,7 @@ class SpeculativeDecoder:
 
     def __init__(self, models: LoadedModels) -> None:
         self.models = models
-        self.target = CachedModel(models.target)
+        self.target = CachedModel(models.target, execution=models.execution, role="target")
         self._drafters: dict[str, tuple[tuple, Drafter]] = {}  # name -> (configuration, drafter)
         self._eos = models.eos_ids
         self._context_length = models.context_length
@@ -172,6 +173,7 @@ class SpeculativeDecoder:
         error: Exception | None = None
         try:
             self._prefill(req)
+            yield from self._drain_notices(req)
             while reason is None:
                 if not control.wait_for_turn():
                     reason = "stopped"
@@ -204,6 +206,9 @@ class SpeculativeDecoder:
         return exc
 
     def _drain_notices(self, req: _Request) -> Iterator[NoticeEvent]:
+        said = self.models.execution.notices  # fallbacks of the static cache or of compiling (execution.py)
+        while said:
+            req.notices.append(NoticeEvent("warning", said.pop(0)))
         while req.notices:
             yield req.notices.pop(0)
 
@@ -304,6 +309,9 @@ class SpeculativeDecoder:
         n = req.ids.numel()
         if self.target.length != n - 1:
             self._prefill(req)
+        if self.target.compiled:  # a compiled step's first call compiles it: that is no sample of t_T
+            self.target.advance_to(req.ids)
+            self.target.crop(n - 1)
         for _ in range(TIMED_FORWARDS):
             synchronize(self.models.device)
             started = time.perf_counter()
@@ -461,7 +469,8 @@ class SpeculativeDecoder:
         m = self.models
         return StartEvent(target=m.target_name, draft_model=m.draft_name, device=str(m.device),
                           dtype=str(m.dtype).removeprefix("torch."), settings=settings.to_dict(),
-                          prompt_ids=tuple(req.ids.tolist()), prompt_text=prompt)
+                          prompt_ids=tuple(req.ids.tolist()), prompt_text=prompt,
+                          execution=ExecutionMode("static" if self.target.static else "dynamic", self.target.compiled))
 
     def _end_event(self, req: _Request, reason: EndReason, error: Exception | None, elapsed_s: float) -> EndEvent:
         generated = req.ids[req.n_prompt:].tolist()

@@ -43,6 +43,7 @@ class ModelsSummary:
     default_exit_layer: int
     context_length: int
     has_chat_template: bool = False  # the target tokenizer can wrap a prompt as a chat turn
+    execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/execution.py)
 
     @classmethod
     def of(cls, models: LoadedModels) -> ModelsSummary:
@@ -50,7 +51,8 @@ class ModelsSummary:
                    dtype=str(models.dtype).removeprefix("torch."), available_drafters=tuple(models.available_drafters),
                    num_layers=int(models.num_layers), default_exit_layer=int(models.default_exit_layer),
                    context_length=int(models.context_length),
-                   has_chat_template=bool(getattr(models.tokenizer, "chat_template", None)))
+                   has_chat_template=bool(getattr(models.tokenizer, "chat_template", None)),
+                   execution=models.execution.label)
 
 
 class Engine(Protocol):

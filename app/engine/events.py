@@ -141,6 +141,14 @@ class PassDetail:
 
 
 @dataclass(frozen=True)
+class ExecutionMode:
+    """How the target runs (app/engine/execution.py): its KV cache and whether its short forwards are compiled."""
+
+    cache: str = "dynamic"  # dynamic | static
+    compiled: bool = False
+
+
+@dataclass(frozen=True)
 class StartEvent:
     target: str
     draft_model: str | None
@@ -149,6 +157,7 @@ class StartEvent:
     settings: dict
     prompt_ids: tuple[int, ...]
     prompt_text: str
+    execution: ExecutionMode = ExecutionMode()
     type: str = "start"
 
 

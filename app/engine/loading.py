@@ -25,6 +25,7 @@ from app.engine.errors import (
     is_out_of_memory,
     release_memory,
 )
+from app.engine.execution import Execution, resolve_execution, settle_execution
 from app.engine.paths import looks_like_path
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class LoadedModels:
     draft_name: str | None = None
     default_exit_layer: int = 1
     extras: dict = field(default_factory=dict)  # learned heads (heads/format.py HeadSpec), keyed by drafter name
+    execution: Execution = field(default_factory=Execution)  # cache kind and compilation (app/engine/execution.py)
 
     @property
     def num_layers(self) -> int:
@@ -277,11 +279,13 @@ def check_same_vocabulary(target_tok: PreTrainedTokenizerBase, draft_tok: PreTra
 
 
 def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
-                device_map: str | None = None, progress=None, heads: str | None = None) -> LoadedModels:
+                device_map: str | None = None, progress=None, heads: str | None = None, cache: str | None = None,
+                compile: bool | None = None) -> LoadedModels:
     """Load the target (and draft model); `progress(fraction, message)` is called between steps.
 
     `heads` is a folder of learned drafters trained for this target (format: app/engine/drafters/heads/format.py);
-    the demo target gets the bundled ones under assets/models/demo/heads when they exist.
+    the demo target gets the bundled ones under assets/models/demo/heads when they exist. `cache` ("dynamic" or
+    "static") and `compile` choose how every model runs (app/engine/execution.py); None: the device's default.
     """
     report = progress or (lambda fraction, message: None)
     exit_layer = None
@@ -294,6 +298,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
             heads = str(DEMO_DIR / "heads")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    execution = resolve_execution(cache, compile, torch_device)
     # Downloads (when a hub model is not cached yet) take most of the time when there are any.
     target_files = fetch_from_hub(target, _within(report, 0.0, 0.4))
     draft_files = fetch_from_hub(draft, _within(report, 0.4, 0.5)) if draft else None
@@ -301,7 +306,8 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     tokenizer = load_tokenizer(target_files)
     report(0.55, f"loading {target}")
     target_model = load_causal_lm(target_files, torch_device, torch_dtype, device_map)
-    models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype)
+    settle_execution(execution, target_model)
+    models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype, execution=execution)
     models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
     if draft:
         assert draft_files is not None, "fetched above whenever a draft model is named"

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from app.engine.cached_model import CachedModel
 from app.engine.drafters.base import Draft
 from app.engine.drafters.tree_growth import grow_tree
+from app.engine.execution import Execution
 from app.engine.sampling import TokenSampler
 from app.engine.tree import TreeDraft
 
@@ -32,10 +33,11 @@ def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 class ModelDrafter:
-    def __init__(self, name: str, model, vocab_size: int, layers: Sequence[int] | None = None) -> None:
+    def __init__(self, name: str, model, vocab_size: int, layers: Sequence[int] | None = None,
+                 execution: Execution | None = None) -> None:
         self.name = name
         self.vocab_size = vocab_size
-        self.cached = CachedModel(model, layers=layers)
+        self.cached = CachedModel(model, layers=layers, execution=execution, role=f"{name} drafter")
 
     feature_layers: tuple[int, ...] = ()
 

@@ -51,7 +51,7 @@ class DrafterEntry:
 def _draft_model(models: Models, options: DrafterOptions) -> Drafter:
     from app.engine.drafters.model_drafter import ModelDrafter
 
-    return ModelDrafter("draft-model", models.draft, models.vocab_size)
+    return ModelDrafter("draft-model", models.draft, models.vocab_size, execution=models.execution)
 
 
 def _prompt_lookup(models: Models, options: DrafterOptions) -> Drafter:
@@ -101,7 +101,8 @@ def layer_skip_layers(models: Models, options: DrafterOptions) -> tuple[int, ...
 def _layer_skip(models: Models, options: DrafterOptions) -> Drafter:
     from app.engine.drafters.model_drafter import ModelDrafter
 
-    return ModelDrafter("layer-skip", models.target, models.vocab_size, layers=layer_skip_layers(models, options))
+    return ModelDrafter("layer-skip", models.target, models.vocab_size, layers=layer_skip_layers(models, options),
+                        execution=models.execution)
 
 
 def _head(name: str, label: str, module: str, branches: bool = False) -> DrafterEntry:

@@ -1,0 +1,127 @@
+"""How the models run: the kind of KV cache, and whether the short forwards are compiled.
+
+A load-time choice (`load_models(cache=..., compile=...)`, `--cache`, `--compile`, the model dialog), held by
+the loaded models and used by every cache that runs one of them: the target's and those of the drafters that
+run a model (draft model, layer skip).
+
+- **dynamic** cache: keys and values grow by concatenation and a rollback crops them. The default on the CPU
+  and on MPS, where it measured fastest (BENCHMARKS.md, "Static cache and compilation").
+- **static** cache: buffers preallocated at a capacity of a few power-of-two sizes (grown, by copying, when a
+  sequence outgrows them), written at a write position. A rollback moves the position back; the rejected
+  entries are overwritten by the next pass (docs/ALGORITHMS.md §2). Every forward then has fixed shapes.
+- **compiled**: the short forwards (one-token steps, verification blocks, tree rounds), their rows padded to
+  a power of two so that few shapes are compiled, run through `torch.compile`: with CUDA graphs (mode
+  "reduce-overhead") on CUDA, Inductor's default mode elsewhere. A prefill (a prompt, a drafter catching up
+  on it) stays eager. Compiling needs the
+  static cache. A compile or capture that fails falls back to eager forwards with a notice, never an error.
+
+This module imports no torch at load: the command line checks the choice before anything loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from app.engine.settings import SettingsError
+
+if TYPE_CHECKING:
+    import torch
+
+CACHE_MODES = ("dynamic", "static")
+# device type -> (cache, compile) when none is asked for. CUDA: the fast path of gpt-fast (static cache, CUDA
+# graphs); the CPU and MPS: eager forwards on the dynamic cache, which measured fastest there.
+DEFAULTS = {"cuda": ("static", True)}
+EAGER_DEFAULT = ("dynamic", False)
+RECOMPILE_LIMIT = 64  # compiled shapes per step function: row buckets x capacities x models (target, drafters)
+COMPILED_ROWS = 128  # forwards of more rows run eagerly, as do prefills (rows fed for the cache alone)
+
+
+@dataclass
+class Execution:
+    """The mode the models run in, and what the caches have had to say about it since the last generation."""
+
+    cache: str = "dynamic"
+    compile: bool = False
+    compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
+    notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
+    _said: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    @property
+    def compiles(self) -> bool:
+        """Compile the short forwards: asked for, and no compile has failed yet."""
+        return self.compile and self.compile_failure is None
+
+    @property
+    def label(self) -> str:
+        """'dynamic cache', 'static cache', 'static cache, compiled': the status bar's words."""
+        return mode_label(self.cache, self.compiles)
+
+    def note(self, message: str) -> None:
+        """Say `message` (once) in the next generation's notices."""
+        if message not in self._said:
+            self._said.add(message)
+            self.notices.append(message)
+
+    def give_up_compiling(self, exc: BaseException) -> None:
+        """A compile or capture failed: every cache of these models runs eagerly from now on."""
+        if self.compile_failure is None:
+            first = (str(exc).strip().splitlines() or ["no details"])[0][:200]
+            self.compile_failure = f"{type(exc).__name__}: {first}"
+            self.note(f"compiling the forwards failed ({self.compile_failure}); they run eagerly instead")
+
+
+def mode_label(cache: str, compiled: bool) -> str:
+    return f"{cache} cache" + (", compiled" if compiled else "")
+
+
+def check_execution(cache: str | None, compile: bool | None) -> None:
+    """Refuse a choice that cannot run anywhere (SettingsError says what is allowed)."""
+    if cache is not None and cache not in CACHE_MODES:
+        raise SettingsError(f"unknown cache {cache!r}: use {' or '.join(CACHE_MODES)}")
+    if compile and cache == "dynamic":
+        raise SettingsError("compiling needs the static cache (fixed shapes): use --cache static with --compile, "
+                            "or leave --cache out")
+
+
+def resolve_execution(cache: str | None, compile: bool | None, device: torch.device) -> Execution:
+    """The mode for `device`: what was asked for, the device's default for what was not."""
+    check_execution(cache, compile)
+    default_cache, default_compile = DEFAULTS.get(device.type, EAGER_DEFAULT)
+    if compile is None:
+        compile = default_compile and cache in (None, "static")
+    if cache is None:
+        cache = "static" if compile else default_cache
+    return Execution(cache=cache, compile=bool(compile))
+
+
+def settle_execution(execution: Execution, target) -> None:
+    """Fall back to eager forwards on the dynamic cache, with a notice, where the target cannot take the static
+    one (its drafters are checked by their own caches when built)."""
+    if execution.cache != "static":
+        return
+    from app.engine.static_cache import static_problem
+
+    spread = len(set(getattr(target, "hf_device_map", {}).values())) > 1
+    problem = "the static cache keeps a model on one device, and this one is spread over several" if spread \
+        else static_problem(target)
+    if problem is not None:
+        execution.note(f"{problem}: the models run eagerly on the dynamic cache")
+        execution.cache, execution.compile = "dynamic", False
+
+
+def compile_step(step, device: torch.device):
+    """`step` compiled for fixed shapes: CUDA graphs on CUDA, Inductor's default mode elsewhere."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    return torch.compile(step, mode=mode, dynamic=False)
+
+
+def padded_rows(rows: int) -> int:
+    """The compiled shape `rows` fed rows are padded to: the next power of two."""
+    return 1 << max(0, rows - 1).bit_length()
