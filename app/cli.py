@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from app import __version__
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
+from app.engine.execution import CACHE_MODES, check_execution
 from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
@@ -70,6 +71,24 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="spread a large target over devices (accelerate) (default: one device)")
     group.add_argument("--heads", help=f"folder of trained heads ({', '.join(HEAD_FAMILIES)}) for this target "
                                        "(default: none; the demo target's heads load by themselves)")
+
+
+def _add_execution_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("how the models run")
+    group.add_argument("--cache", choices=CACHE_MODES,
+                       help="KV cache: dynamic (grows, cropped on a rollback) or static (preallocated, rolled back "
+                            "by moving its write position; fixed shapes) (default: static on CUDA, dynamic on CPU "
+                            "and MPS)")
+    group.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                       help="compile the one-token and verification forwards with torch.compile (CUDA graphs on "
+                            "CUDA; needs the static cache, which it implies); a failed compile falls back to eager "
+                            "forwards with a notice (default: on CUDA, off on CPU and MPS)")
+
+
+def execution_request(args) -> dict:
+    """--cache and --compile as load_models' arguments, checked (SettingsError says what is allowed)."""
+    check_execution(args.cache, args.compile)
+    return dict(cache=args.cache, compile=args.compile)
 
 
 def _add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +144,7 @@ def build_parser() -> CommandLineParser:
     run.add_argument("--prompt", required=True, help="the text to continue (required)")
     run.add_argument("--jsonl", action="store_true", help="one JSON object per event on stdout")
     _add_model_options(run)
+    _add_execution_options(run)
     _add_decode_options(run)
     bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate",
                                 formatter_class=HelpWithDefaults)
@@ -166,6 +186,7 @@ def build_parser() -> CommandLineParser:
                      help="cut every prompt to at most N new tokens (default: each prompt's own)")
     asd.add_argument("--plot", help="also draw the frontier to this PNG (default: no picture)")
     _add_model_options(bench)
+    _add_execution_options(bench)
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG",
                                formatter_class=HelpWithDefaults)
     shot.add_argument("path")
@@ -277,13 +298,14 @@ def run_headless(args, fail=None) -> int:
         check_prompt(args.prompt)
         check_model_paths(args)
         check_device(args)
+        execution = execution_request(args)
     except SettingsError as exc:
         fail(str(exc))
     from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
 
     engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
-                                   device_map=args.device_map, heads=args.heads))
+                                   device_map=args.device_map, heads=args.heads, **execution))
     settings = with_default_drafters(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
@@ -336,6 +358,7 @@ def run_bench(args, fail=None) -> int:
             raise SettingsError(f"--prompts: no file {args.prompts!r}")
         check_model_paths(args)
         check_device(args)
+        execution_request(args)
     except SettingsError as exc:
         fail(str(exc))
     import platform
@@ -343,7 +366,6 @@ def run_bench(args, fail=None) -> int:
     import torch
 
     from app.engine import bench
-    from app.engine.loading import load_models
 
     try:
         prompts = bench.load_prompts(Path(args.prompts).expanduser()) if args.prompts else bench.load_prompts()
@@ -366,7 +388,7 @@ def run_bench(args, fail=None) -> int:
         return run_asd_sweep(args, prompts, fail)
     if args.trees:
         return run_tree_comparison(args, prompts, repeats)
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
+    models = load_bench_models(args)
     with ProgressBar(args.progress) as (progress, step):
         results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step,
                                   repetition=repetition)
@@ -378,7 +400,8 @@ def run_bench(args, fail=None) -> int:
         demo = args.target is None
         meta = {"target": "bundled demo family" if demo else models.target_name,
                 "draft": "bundled demo family" if demo else models.draft_name, "device": str(models.device),
-                "dtype": str(models.dtype), "k": args.k, "repeats": repeats, "quick": args.quick,
+                "dtype": str(models.dtype), "execution": models.execution.label, "k": args.k, "repeats": repeats,
+                "quick": args.quick,
                 "repetition": {"penalty": repetition.penalty, "no_repeat_ngram": repetition.no_repeat_ngram},
                 "prompts": [p.name for p in prompts], "threads": torch.get_num_threads(),
                 "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
@@ -387,15 +410,22 @@ def run_bench(args, fail=None) -> int:
     return 0
 
 
+def load_bench_models(args):
+    """The benchmark's models, run as --cache and --compile say."""
+    from app.engine.loading import load_models
+
+    return load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads,
+                       **execution_request(args))
+
+
 def run_tree_comparison(args, prompts, repeats: int) -> int:
     """`bench --trees`: each drafter's chain against its trees (app/engine/tree_bench.py)."""
     import json
     from dataclasses import asdict
 
     from app.engine import tree_bench
-    from app.engine.loading import load_models
 
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
+    models = load_bench_models(args)
     with ProgressBar(args.progress) as (progress, step):
         results = tree_bench.compare(models, prompts, args.tree_drafter or tree_bench.DRAFTERS,
                                      args.tree_budgets or tree_bench.BUDGETS, k=args.k, repeats=repeats,
@@ -416,7 +446,6 @@ def run_asd_sweep(args, prompts, fail) -> int:
     import torch
 
     from app.engine import asd_sweep, bench
-    from app.engine.loading import load_models
     from app.engine.settings import AsdSettings
 
     quick = args.quick
@@ -437,7 +466,7 @@ def run_asd_sweep(args, prompts, fail) -> int:
     if args.max_new_tokens:
         prompts = bench.quick_prompts(prompts, len(prompts), args.max_new_tokens)
     torch.set_num_threads(args.threads or 1)  # one thread: the sweep compares rules, not thread scaling
-    models = load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads)
+    models = load_bench_models(args)
     started = time.perf_counter()
     with ProgressBar(args.progress) as (progress, step):
         try:

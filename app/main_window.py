@@ -233,6 +233,7 @@ class MainWindow(QMainWindow):
         self.session.sig_refresh.connect(self._show_progress)
         self.session.sig_ended.connect(self._on_ended)
         self.session.sig_notice.connect(self._on_notice)
+        self.session.sig_started.connect(lambda start: self.status.show_execution(start.execution))
         self.runs.sig_run_finished.connect(self._on_generation_finished)
         self.runs.sig_race_finished.connect(self._on_race_finished)
         self.runs.sig_loaded.connect(self.set_engine)

@@ -18,7 +18,7 @@ from PySide6.QtCore import QByteArray, QSettings
 from app.engine.settings import DecodeSettings, SettingsError, settings_from_dict
 
 log = logging.getLogger(__name__)
-DEFAULT_REQUEST = dict(target=None, draft=None, device="auto", dtype="auto")
+DEFAULT_REQUEST = dict(target=None, draft=None, device="auto", dtype="auto", cache=None, compile=None)
 T = TypeVar("T")
 _CORRUPTED = (TypeError, ValueError, KeyError, SettingsError, json.JSONDecodeError)
 
@@ -82,8 +82,10 @@ class SettingsStore:
         request = json.loads(str(raw))
         if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST):
             raise ValueError("unexpected model request")
-        if not all(value is None or isinstance(value, str) for value in request.values()):
-            raise ValueError("model names, device and dtype must be text")
+        if not all(value is None or isinstance(value, str) for key, value in request.items() if key != "compile"):
+            raise ValueError("model names, device, dtype and cache must be text")
+        if request.get("compile") not in (None, True, False):
+            raise ValueError("compile must be on, off or unset")
         return {**DEFAULT_REQUEST, **request}
 
     def _decode(self) -> DecodeSettings | None:

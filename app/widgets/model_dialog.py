@@ -1,4 +1,4 @@
-"""Choose a target and a drafter (preset, hub id or local folder), a device and a dtype.
+"""Choose a target and a drafter (preset, hub id or local folder), a device, a dtype and how they run.
 
 The dialog does not load anything itself: it emits `sig_load_requested` and
 the window starts a `ModelLoadThread`, which the dialog then watches for
@@ -35,10 +35,13 @@ PRESETS = (
 )
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# How the models run (app/engine/execution.py): the label shown, the request's value (None: the device's default).
+CACHES = (("auto (static on CUDA, dynamic elsewhere)", None), ("dynamic", "dynamic"), ("static", "static"))
+COMPILE = (("auto (on CUDA only)", None), ("on", True), ("off", False))
 
 
 class ModelDialog(QDialog):
-    sig_load_requested = Signal(dict)  # target, draft, device, dtype
+    sig_load_requested = Signal(dict)  # target, draft, device, dtype, cache, compile
 
     def __init__(self, parent=None, current: dict | None = None) -> None:
         super().__init__(parent)
@@ -62,12 +65,19 @@ class ModelDialog(QDialog):
             edit.textEdited.connect(self._typed)  # typing a model of one's own is choosing "Custom"
         self.device = _combo(DEVICES)
         self.dtype = _combo(DTYPES)
+        self.cache = _choices(CACHES, "dynamic: the KV cache grows and is cropped; static: preallocated, rolled back "
+                                      "by moving its write position (fixed shapes, needed to compile)")
+        self.compile = _choices(COMPILE, "compile the one-token and verification forwards with torch.compile "
+                                         "(CUDA graphs on a GPU; needs the static cache); a failure falls back to "
+                                         "eager forwards with a notice")
         form = QFormLayout()
         form.addRow("Preset", self.preset)
         form.addRow("Target", _with_browse(self.target, self._browse_into))
         form.addRow("Drafter", _with_browse(self.draft, self._browse_into))
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
+        form.addRow("KV cache", self.cache)
+        form.addRow("Compile", self.compile)
         self.progress = QProgressBar()
         self.progress.hide()
         self.message = QLabel()
@@ -113,6 +123,8 @@ class ModelDialog(QDialog):
         self.draft.setText(draft or "")
         self.device.setCurrentText(request.get("device", "auto"))
         self.dtype.setCurrentText(request.get("dtype", "auto"))
+        for combo, key in ((self.cache, "cache"), (self.compile, "compile")):
+            combo.setCurrentIndex(max(0, combo.findData(request.get(key))))
 
     def request(self) -> dict:
         target, _ = self.preset.currentData()
@@ -120,6 +132,7 @@ class ModelDialog(QDialog):
             target=None if target is None else (self.target.text().strip() or None),
             draft=None if target is None else (self.draft.text().strip() or None),
             device=self.device.currentText(), dtype=self.dtype.currentText(),
+            cache=self.cache.currentData(), compile=self.compile.currentData(),
         )
 
     # --- loading ---------------------------------------------------------------------------
@@ -127,6 +140,9 @@ class ModelDialog(QDialog):
         request = self.request()
         if self.preset.currentData()[0] == CUSTOM and not request["target"]:
             self.show_error("Enter a target: a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or a local folder.")
+            return
+        if request["compile"] and request["cache"] == "dynamic":
+            self.show_error("Compiling needs the static cache (fixed shapes): choose the static or the auto cache.")
             return
         self.sig_load_requested.emit(request)
 
@@ -165,7 +181,8 @@ class ModelDialog(QDialog):
         self.progress.setVisible(busy)
         if busy:
             self.message.setStyleSheet("")
-        for widget in (self.preset, self.target, self.draft, self.device, self.dtype, self.buttons):
+        for widget in (self.preset, self.target, self.draft, self.device, self.dtype, self.cache, self.compile,
+                       self.buttons):
             widget.setEnabled(not busy)
 
     @property
@@ -181,6 +198,15 @@ def _combo(values) -> QComboBox:
     combo = QComboBox()
     combo.setEditable(True)
     combo.addItems(values)
+    return combo
+
+
+def _choices(choices, tip: str) -> QComboBox:
+    """A fixed list of (label, value) choices."""
+    combo = QComboBox()
+    for label, value in choices:
+        combo.addItem(label, value)
+    combo.setToolTip(tip)
     return combo
 
 

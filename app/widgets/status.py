@@ -11,6 +11,12 @@ from pathlib import Path
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.engine.engine import ModelsSummary
+from app.engine.events import ExecutionMode
+from app.engine.execution import mode_label
+
+EXECUTION_TIP = ("How the models run: a dynamic KV cache grows and is cropped; a static one is preallocated and "
+                 "rolled back by moving its write position;\ncompiled: the short forwards run through torch.compile "
+                 "(CUDA graphs on a GPU). Chosen when loading (File → Load models…, --cache, --compile).")
 
 
 class RunStatusBar(QStatusBar):
@@ -18,6 +24,7 @@ class RunStatusBar(QStatusBar):
         super().__init__(parent)
         self.models_label = QLabel("no models")
         self.device_label = QLabel("")
+        self._device = ""  # "cpu · float32": what the mode in use is shown after
         self.speed_label = QLabel("")
         self.speed_label.setObjectName("tokensPerSecond")
         self.alpha_label = QLabel("")
@@ -55,7 +62,15 @@ class RunStatusBar(QStatusBar):
         draft = f" ← {short_model_name(draft_name)}" if draft_name else ""
         self.models_label.setText(f"{short_model_name(models.target_name)}{draft}")
         self.models_label.setToolTip(f"target: {models.target_name}" + (f"\ndraft: {draft_name}" if draft_name else ""))
-        self.device_label.setText(f"{_short(models.device)} · {_short(models.dtype)}")
+        self._device = f"{_short(models.device)} · {_short(models.dtype)}"
+        self.show_execution(models.execution)
+
+    def show_execution(self, execution: str | ExecutionMode) -> None:
+        """The mode the models run in: the loaded one, then what each run's start event says is in use."""
+        if isinstance(execution, ExecutionMode):
+            execution = mode_label(execution.cache, execution.compiled)
+        self.device_label.setText(f"{self._device} · {execution}")
+        self.device_label.setToolTip(EXECUTION_TIP)
 
     def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int,
                  acceptance_rate: float | None = None) -> None:

@@ -62,6 +62,8 @@ RUN_CASES = {
     "tree with ASD": ["--tree", "8", "--verify", "asd"],
     "tree with a drafter that cannot branch": ["--tree", "8", "--drafter", "mtp"],
     "drafter twice": ["--drafter", "prompt-lookup", "--drafter", "prompt-lookup"],
+    "unknown cache": ["--cache", "paged"],
+    "compiling on the dynamic cache": ["--cache", "dynamic", "--compile"],
     "unknown option": ["--bogus"],
     "unknown device": ["--device", "bogus"],
     "unknown dtype": ["--dtype", "float8"],
@@ -111,6 +113,8 @@ BENCH_CASES = {
     "repetition controls in the ASD sweep": ["--asd", "--no-repeat-ngram-size", "3"],
     "missing prompt set": ["--prompts", "{missing}"],
     "prompt set not JSON": ["--prompts", "{bad-json}"],
+    "unknown cache": ["--cache", "paged"],
+    "compiling on the dynamic cache": ["--cache", "dynamic", "--compile"],
     "missing target folder": ["--target", "{missing}"],
     "missing heads folder": ["--heads", "{missing}"],
 }
@@ -185,3 +189,38 @@ def test_a_tree_with_a_chain_only_drafter_names_the_drafters_that_branch(loader_
 
     line = fails_in_one_line(capsys, ["run", "--prompt", "def f():", "--tree", "8", "--drafter", "dflash"])
     assert "dflash cannot draft a tree" in line and all(name in line for name in BRANCHING_DRAFTERS)
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_compiling_on_the_dynamic_cache_says_what_to_do(loader_forbidden, capsys, command):
+    argv = [command, *(["--prompt", "def f():"] if command == "run" else []), "--cache", "dynamic", "--compile"]
+    assert "compiling needs the static cache" in fails_in_one_line(capsys, argv)
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ([], dict(cache=None, compile=None)),  # the device's default, decided when loading
+    (["--cache", "static"], dict(cache="static", compile=None)),
+    (["--cache", "static", "--compile"], dict(cache="static", compile=True)),
+    (["--compile"], dict(cache=None, compile=True)),  # implies the static cache
+    (["--cache", "dynamic", "--no-compile"], dict(cache="dynamic", compile=False)),
+])
+def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
+    from app.engine.engine import LocalEngine
+
+    asked = {}
+
+    def capture(cls, request, *args, **kwargs):
+        asked.update(request)
+        raise AssertionError("loaded")
+
+    monkeypatch.setattr(LocalEngine, "load", classmethod(capture))
+    with pytest.raises(AssertionError, match="loaded"):
+        cli.main(["run", "--prompt", "def f():", *options])
+    assert {key: asked[key] for key in expected} == expected
+
+
+def test_the_execution_options_say_their_defaults():
+    for command in ("run", "bench"):
+        entries = help_entries(command)
+        assert "static on CUDA, dynamic on CPU and MPS" in entries["--cache"]
+        assert "on CUDA, off on CPU and MPS" in entries["--compile"]
