@@ -15,6 +15,9 @@ def test_device_check_runs_every_section_at_tiny_size_on_cpu(tmp_path):
     assert set(report["checks"]) == {"greedy_identity", "chi_square", "asd_against_cpu", "cache_against_recompute"}
     assert all(check["passed"] for check in report["checks"].values())
     assert report["checks"]["chi_square"]["rows"][0]["pvalue"] > 0
+    for check in ("greedy_identity", "cache_against_recompute"):  # every check runs both caches
+        rows = report["checks"][check]["runs" if check == "greedy_identity" else "rows"]
+        assert {row["mode"] for row in rows} == {"eager dynamic", "eager static"}
     half = report["half_precision"]
     assert half["dtype"] == "bfloat16" and half["device"] == "cpu" and half["rows"]
     assert [shape["shape"] for shape in report["timing"]] == ["Qwen2.5-0.5B (tiny)", "Llama-3.2-1B (tiny)"]
@@ -22,9 +25,18 @@ def test_device_check_runs_every_section_at_tiny_size_on_cpu(tmp_path):
         assert shape["bound_ms_per_forward"] > 0 and shape["hbm_gbps"] == 4800.0
         methods = {row["method"]: row for row in shape["rows"]}
         assert set(methods) == {"ours:autoregressive", "ours:prompt-lookup", "ours:draft-model",
-                                "hf:autoregressive", "hf:prompt-lookup", "hf:assisted"}
-        assert all(row["ms_per_token"] > 0 and row["times_bound"] > 0 for row in methods.values())
-        assert methods["ours:autoregressive"]["identical_to_ours_autoregressive"]
+                                "fast:autoregressive", "fast:prompt-lookup", "fast:draft-model",
+                                "hf:autoregressive", "hf:autoregressive static", "hf:prompt-lookup", "hf:assisted"}
+        assert all(row["ms_per_token"] > 0 and row["times_bound"] > 0 and row["warm_up_s"] > 0
+                   for row in methods.values())
+        assert all(methods[name]["identical_to_ours_autoregressive"]  # float32 on the CPU: the same greedy ids
+                   for name in ("ours:autoregressive", "fast:autoregressive", "fast:draft-model",
+                                "hf:autoregressive static"))
+        # On the CPU the fast path is the static cache, eager (compiling is off there by default).
+        assert shape["fast_path"] == {"mode": "static cache", "cache": "static", "compiled": False,
+                                      "compile_failure": None}
+        assert shape["goals"]["fast_autoregressive_times_bound"] > 0
+        assert shape["goals"]["fast_draft_model_vs_hf_assisted"] > 0
     assert report["meta"]["device"] == "cpu" and report["meta"]["tiny"] is True
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One command that checks the engine on an accelerator and times real-sized stand-ins, writing JSON.
 
-    python tools/device_check.py --out /tmp/device-check                  # CUDA, real sizes, under 8 minutes
+    python tools/device_check.py --out /tmp/device-check                  # CUDA, real sizes: 8 minutes + compiles
     python tools/device_check.py --out /tmp/dc --device cpu --tiny        # the whole script at tiny sizes
     python tools/device_check.py --out DIR --hbm-gbps 3350                # another GPU's memory bandwidth
 
@@ -17,8 +17,13 @@ DIR/device_check.json as soon as it ends (a later failure or a timeout keeps the
 - half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/half_precision.py).
 - timing: the Qwen2.5-0.5B and Llama-3.2-1B shapes (tests/fixtures/real_shapes.py) in the device's dtype,
   ours autoregressive, with prompt lookup and with a draft model (a 2-layer stand-in of the same
-  vocabulary), beside `model.generate` without and with `assistant_model`: ms per token, and the
-  memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth).
+  vocabulary), each eager on the dynamic cache and on the fast path (app/engine/execution.py: the static
+  cache, compiled with CUDA graphs on CUDA; on the CPU the static cache alone, as compiling is off there by
+  default), beside `model.generate` without and with `assistant_model`, and `model.generate` with its own
+  static cache, eager and (on CUDA) compiled: ms per token, the warm-up (compiles) apart, and the
+  memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth, `--hbm-gbps`, 4800 GB/s for
+  an H200 by default: a parameter, not a measured figure). `goals` compares the fast path with the issue's
+  targets: autoregressive decoding within 3x of the bound, the draft model >= 1.5x assisted generation.
 
 The exit status is 1 if a check failed or a section raised, else 0.
 """
@@ -45,6 +50,7 @@ from tools.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after t
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
 TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b")
+FAST = "fast:"  # our methods on the fast path (static cache, compiled on CUDA)
 P_MIN = 1e-3  # chi-square p-value below which the sampled distribution is judged not the target's
 
 
@@ -67,8 +73,23 @@ class Sizes:
 
 # ---- checks --------------------------------------------------------------------------------------
 
+def execution_modes(device, compiled: bool) -> dict:
+    """The modes a check runs: eager on each cache, and, with `compiled`, compiled on CUDA (its default there;
+    compiling takes minutes, so the checks compile for one architecture)."""
+    from app.engine.execution import Execution
+
+    modes = {"eager dynamic": Execution("dynamic"), "eager static": Execution("static")}
+    if compiled and device.type == "cuda":
+        modes["compiled static"] = Execution("static", compile=True)
+    return modes
+
+
 def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
-    """Our greedy ids against model.generate's, float32 on the device, for draft model and prompt lookup."""
+    """Our greedy ids against model.generate's, float32 on the device, for draft model and prompt lookup, in
+    every execution mode."""
+    from dataclasses import replace
+    from itertools import product
+
     import torch
 
     from app.engine.decoder import SpeculativeDecoder
@@ -79,15 +100,16 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
 
     runs = []
     for arch, (target, draft) in pairs.items():
-        models = load_models(str(target), str(draft), device=device, dtype="float32")
-        decoder = SpeculativeDecoder(models)
+        models = load_models(str(target), str(draft), device=device, dtype="float32", cache="dynamic")
+        decoders = {mode: SpeculativeDecoder(replace(models, execution=execution))
+                    for mode, execution in execution_modes(models.device, arch == next(iter(pairs))).items()}
         for prompt in PROMPTS[:2]:
             ids = models.tokenizer(prompt, return_tensors="pt").input_ids.to(models.device)
             with torch.inference_mode():
                 out = models.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                              max_new_tokens=sizes.identity_tokens)
             reference = out[0, ids.shape[1]:].tolist()
-            for drafter in ("draft-model", "prompt-lookup"):
+            for (mode, decoder), drafter in product(decoders.items(), ("draft-model", "prompt-lookup")):
                 end = list(decoder.generate(prompt, DecodeSettings(drafters=(drafter,), k=sizes.k,
                                                                    max_new_tokens=sizes.identity_tokens)))[-1]
                 ours = list(end.token_ids)
@@ -96,7 +118,8 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
                 if index is not None and index < min(len(reference), len(ours)):
                     logits = logits_at(models.target, decoder.encode_prompt(prompt) + reference[:index])
                 verdict = classify(reference, ours, logits, models.dtype)
-                runs.append({"arch": arch, "drafter": drafter, "prompt": prompt[:20], "verdict": str(verdict),
+                runs.append({"arch": arch, "mode": mode, "drafter": drafter, "prompt": prompt[:20],
+                             "verdict": str(verdict),
                              "ok": verdict.identical or verdict.outcome == "tie"})
     return {"passed": all(r["ok"] for r in runs), "runs": runs,
             "identical": sum("identical" in r["verdict"] for r in runs)}
@@ -155,40 +178,49 @@ def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
 
 
 def check_cache(pairs: dict, device: str, sizes: Sizes) -> dict:
-    """Cached logits after random rollbacks equal a full recompute without a cache."""
-    import torch
-
+    """Cached logits after random rollbacks equal a full recompute without a cache, in every execution mode."""
     from app.engine.cached_model import CachedModel
     from app.engine.loading import load_models
 
     rows = []
     for arch, (target, _) in pairs.items():
         model = load_models(str(target), device=device, dtype="float32").target
-        cached = CachedModel(model)
-        rng = random.Random(0)
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randint(3, 600, (12,), generator=gen)
-        worst = 0.0
-        for _ in range(sizes.cache_rollbacks):
-            drafts = torch.randint(3, 600, (rng.randint(0, 5),), generator=gen)
-            block = cached.advance_to(torch.cat([ids, drafts]))  # (T, V)
-            accepted = rng.randint(0, drafts.numel())
-            ids = torch.cat([ids, drafts[:accepted], torch.randint(3, 600, (1,), generator=gen)])
-            with torch.inference_mode():
-                full = model(input_ids=cached.ids[None].to(model.device)).logits[0, -1].float()  # (V,)
-            worst = max(worst, float((block[-1].float() - full).abs().max()))
-        rows.append({"arch": arch, "max_abs_diff": worst, "ok": worst <= 1e-3})
+        for mode, execution in execution_modes(model.device, arch == next(iter(pairs))).items():
+            rows.append(cache_against_recompute(arch, mode, CachedModel(model, execution=execution), sizes))
     return {"passed": all(r["ok"] for r in rows), "rows": rows, "tolerance": 1e-3}
+
+
+def cache_against_recompute(arch: str, mode: str, cached, sizes: Sizes) -> dict:
+    """The worst difference between cached logits and a full forward over random blocks and rollbacks."""
+    import torch
+
+    model = cached.model
+    rng = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 600, (12,), generator=gen)
+    worst = 0.0
+    for _ in range(sizes.cache_rollbacks):
+        drafts = torch.randint(3, 600, (rng.randint(0, 5),), generator=gen)
+        block = cached.advance_to(torch.cat([ids, drafts]))  # (T, V)
+        accepted = rng.randint(0, drafts.numel())
+        ids = torch.cat([ids, drafts[:accepted], torch.randint(3, 600, (1,), generator=gen)])
+        with torch.inference_mode():
+            full = model(input_ids=cached.ids[None].to(model.device)).logits[0, -1].float()  # (V,)
+        worst = max(worst, float((block[-1].float() - full).abs().max()))
+    return {"arch": arch, "mode": mode, "max_abs_diff": worst, "ok": worst <= 1e-3}
 
 
 # ---- timing --------------------------------------------------------------------------------------
 
 def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny: bool) -> dict:
     """ms per token of each method on one stand-in, beside the bandwidth bound of one target forward."""
+    from dataclasses import replace
+
     import torch
 
     from app.engine.bench import BenchPrompt, hf, ours
     from app.engine.decoder import SpeculativeDecoder
+    from app.engine.execution import resolve_execution
     from tests.fixtures.real_shapes import stand_in, weight_bytes
 
     if torch.device(device).type == "cuda":
@@ -197,20 +229,32 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
     models = stand_in(key, device=device, dtype=dtype, with_draft=True, is_tiny=tiny)
     build_s = time.perf_counter() - started
     decoder = SpeculativeDecoder(models)
+    fast_models = replace(models, execution=resolve_execution("static", None, models.device))
+    fast = SpeculativeDecoder(fast_models)
     k = sizes.k
     table = {
         "ours:autoregressive": ours(decoder, (), k),
         "ours:prompt-lookup": ours(decoder, ("prompt-lookup",), k),
         "ours:draft-model": ours(decoder, ("draft-model",), k),
+        FAST + "autoregressive": ours(fast, (), k),
+        FAST + "prompt-lookup": ours(fast, ("prompt-lookup",), k),
+        FAST + "draft-model": ours(fast, ("draft-model",), k),
         "hf:autoregressive": hf(models),
+        "hf:autoregressive static": hf(models, cache_implementation="static", disable_compile=True),
         "hf:prompt-lookup": hf(models, prompt_lookup_num_tokens=k),
         "hf:assisted": hf(models, assistant_model=models.draft, num_assistant_tokens=k,
                           num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
     }
+    if models.device.type == "cuda":  # generate compiles a static cache's forward by itself on CUDA only
+        table["hf:autoregressive static compiled"] = hf(models, cache_implementation="static")
     prompts = [BenchPrompt(f"p{i}", "code", p, sizes.timing_tokens) for i, p in enumerate(PROMPTS)]
     prompts = prompts[: sizes.timing_prompts]
-    for generate in table.values():  # warm-up: kernels, allocator, caches
-        generate(BenchPrompt("warm", "code", PROMPTS[0], min(8, sizes.timing_tokens)))
+    warm_up_s = {}
+    for name, generate in table.items():  # warm-up: kernels, allocator, caches, and the compiles
+        warm_started = time.perf_counter()
+        for tokens in sorted({min(8, sizes.timing_tokens), sizes.timing_tokens}):  # every shape the runs meet
+            generate(BenchPrompt("warm", "code", PROMPTS[0], tokens))
+        warm_up_s[name] = time.perf_counter() - warm_started
     seconds = dict.fromkeys(table, 0.0)
     tokens = dict.fromkeys(table, 0)
     passes = dict.fromkeys(table, 0)
@@ -231,12 +275,21 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
         ms = 1e3 * seconds[name] / tokens[name]
         rows.append({"method": name, "ms_per_token": ms, "tokens": tokens[name],
                      "tokens_per_pass": tokens[name] / passes[name] if passes[name] else None,
-                     "times_bound": ms / bound_ms, "identical_to_ours_autoregressive": identical[name]})
+                     "times_bound": ms / bound_ms, "identical_to_ours_autoregressive": identical[name],
+                     "warm_up_s": warm_up_s[name]})
     memory = torch.cuda.max_memory_allocated(models.device) / 2**20 if models.device.type == "cuda" else None
+    ms_of = {row["method"]: row["ms_per_token"] for row in rows}
+    goals = {"fast_autoregressive_times_bound": ms_of[FAST + "autoregressive"] / bound_ms,
+             "fast_draft_model_vs_hf_assisted": ms_of["hf:assisted"] / ms_of[FAST + "draft-model"],
+             "eager_draft_model_vs_hf_assisted": ms_of["hf:assisted"] / ms_of["ours:draft-model"]}
     return {"shape": models.target_name, "dtype": str(dtype).removeprefix("torch."), "vocab": models.vocab_size,
             "layers": models.num_layers, "target_weight_mb": target_bytes / 2**20,
             "draft_weight_mb": draft_bytes / 2**20, "hbm_gbps": hbm_gbps, "bound_ms_per_forward": bound_ms,
-            "build_s": build_s, "peak_memory_mb": memory, "rows": rows}
+            "build_s": build_s, "peak_memory_mb": memory,
+            "fast_path": {"mode": fast_models.execution.label, "cache": "static" if fast.target.static else "dynamic",
+                          "compiled": fast.target.compiled,
+                          "compile_failure": fast_models.execution.compile_failure},
+            "goals": goals, "rows": rows}
 
 
 # ---- the command ---------------------------------------------------------------------------------
@@ -324,14 +377,20 @@ def summary(report: dict) -> str:
     if report["half_precision"]:
         lines.append(report["half_precision"]["markdown"])
     for shape in report["timing"]:
+        fast, goals = shape["fast_path"], shape["goals"]
         lines.append(f"\n{shape['shape']} {shape['dtype']}: {shape['target_weight_mb']:.0f} MB of weights, bound "
-                     f"{shape['bound_ms_per_forward']:.3f} ms per forward at {shape['hbm_gbps']:.0f} GB/s")
-        lines.append("| method | ms / token | x bound | tokens / pass | identical |")
-        lines.append("|---|---|---|---|---|")
+                     f"{shape['bound_ms_per_forward']:.3f} ms per forward at {shape['hbm_gbps']:.0f} GB/s; fast path: "
+                     f"{fast['mode']}" + (f" (compile failed: {fast['compile_failure']})" if fast["compile_failure"]
+                                          else ""))
+        lines.append(f"goals: fast autoregressive {goals['fast_autoregressive_times_bound']:.1f}x the bound "
+                     f"(goal <= 3), fast draft model {goals['fast_draft_model_vs_hf_assisted']:.2f}x HF assisted "
+                     f"(goal >= 1.5; eager {goals['eager_draft_model_vs_hf_assisted']:.2f}x)")
+        lines.append("| method | ms / token | x bound | tokens / pass | identical | warm-up s |")
+        lines.append("|---|---|---|---|---|---|")
         for row in shape["rows"]:
             tpp = "-" if row["tokens_per_pass"] is None else f"{row['tokens_per_pass']:.2f}"
             lines.append(f"| {row['method']} | {row['ms_per_token']:.2f} | {row['times_bound']:.1f} | {tpp} | "
-                         f"{row['identical_to_ours_autoregressive']} |")
+                         f"{row['identical_to_ours_autoregressive']} | {row['warm_up_s']:.1f} |")
     return "\n".join(lines)
 
 
@@ -341,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, mps or cpu (default cuda)")
     parser.add_argument("--tiny", action="store_true", help="every section at tiny sizes (a smoke test)")
     parser.add_argument("--hbm-gbps", type=float, default=4800.0,
-                        help="the device's memory bandwidth in GB/s for the bound (default 4800, an H200)")
+                        help="the device's memory bandwidth in GB/s for the bound (default 4800, an H200's "
+                             "nominal ~4.8 TB/s)")
     parser.add_argument("--timing-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                         help="dtype of the timed stand-ins (default auto: bfloat16 on an accelerator, float32 on cpu)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
