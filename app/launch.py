@@ -12,6 +12,7 @@ from PySide6.QtCore import QEventLoop, QObject, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.engine.engine import LocalEngine
+from app.engine.remote import EngineProcessStarter
 from app.main_window import APPLICATION, ORGANIZATION, MainWindow
 from app.session import Session
 from app.settings_store import DEFAULT_REQUEST
@@ -60,20 +61,29 @@ def qt_application(argv: list[str] | None = None) -> QApplication:
 
 
 def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str | None = None,
-            device: str | None = None, dtype: str | None = None) -> int:
-    """Open the window; the given models, else the last used ones (else the demo family) load in the background."""
-    app = qt_application(argv)
-    window = MainWindow()
-    HistoryOutOfCollector(window.session)
-    request = dict(window.model_request)
-    if target is not None:
-        request.update(target=target, draft=draft)
-    request.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
-    window.load_models_async(request)  # first: the engine process starts while the window lays out and paints
-    window.show()
-    code = app.exec()
-    window.deleteLater()  # before the QApplication goes away, so teardown order is Qt's
-    return code
+            device: str | None = None, dtype: str | None = None, engines: EngineProcessStarter | None = None) -> int:
+    """Open the window; the given models, else the last used ones (else the demo family) load in the background.
+
+    `engines`: what makes the window's engines (the CLI makes it before importing this module, so that a
+    process it starts ahead imports torch while Qt and the window start); else a process per load."""
+    try:
+        app = qt_application(argv)
+        window = MainWindow()
+        if engines is not None:
+            window.runs.factory = engines
+        HistoryOutOfCollector(window.session)
+        request = dict(window.model_request)
+        if target is not None:
+            request.update(target=target, draft=draft)
+        request.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+        window.load_models_async(request)  # first: the engine process loads while the window lays out and paints
+        window.show()
+        code = app.exec()
+        window.deleteLater()  # before the QApplication goes away, so teardown order is Qt's
+        return code
+    finally:
+        if engines is not None:
+            engines.close()  # the process started ahead, if no load took it
 
 
 def render_screenshot(path: str, prompt: str | None = None, target: str | None = None, draft: str | None = None,

@@ -25,29 +25,43 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Runs in the measured process: marks the moments of interest on stdout, then starts the app as main.py does.
 CHILD = r"""
-import sys, time
-from PySide6.QtCore import QTimer
-from app import main_window
+import importlib.machinery, sys, time
 
 def mark(name):
     print(f"MARK {name} {time.time():.6f}", flush=True)
 
-shown_once = []
-original_show_event, original_set_engine = main_window.MainWindow.showEvent, main_window.MainWindow.set_engine
+def patch(main_window):
+    from PySide6.QtCore import QTimer
 
-def show_event(self, event):
-    original_show_event(self, event)
-    if not shown_once:
-        shown_once.append(True)
-        QTimer.singleShot(0, lambda: mark("window"))  # once the event loop runs: the window is on screen
+    shown_once = []
+    original_show_event, original_set_engine = main_window.MainWindow.showEvent, main_window.MainWindow.set_engine
 
-def set_engine(self, engine, request=None):
-    original_set_engine(self, engine, request)
-    mark("ready")
-    if QUIT:
-        QTimer.singleShot(0, lambda: (mark("quit"), self.close()))  # what File → Quit (Ctrl+Q) does
+    def show_event(self, event):
+        original_show_event(self, event)
+        if not shown_once:
+            shown_once.append(True)
+            QTimer.singleShot(0, lambda: mark("window"))  # once the event loop runs: the window is on screen
 
-main_window.MainWindow.showEvent, main_window.MainWindow.set_engine = show_event, set_engine
+    def set_engine(self, engine, request=None):
+        original_set_engine(self, engine, request)
+        mark("ready")
+        if QUIT:
+            QTimer.singleShot(0, lambda: (mark("quit"), self.close()))  # what File → Quit (Ctrl+Q) does
+
+    main_window.MainWindow.showEvent, main_window.MainWindow.set_engine = show_event, set_engine
+
+class PatchWhereImported:
+    # The window is patched when the app itself imports it: imported here first, Qt's and the window's imports
+    # would come before whatever the app starts ahead of them (the engine process).
+    def find_spec(self, name, path=None, target=None):
+        if name != "app.main_window":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run_module = spec.loader.exec_module
+        spec.loader.exec_module = lambda module: (run_module(module), patch(module))
+        return spec
+
+sys.meta_path.insert(0, PatchWhereImported())
 QUIT = sys.argv[1] == "quit"
 sys.argv = ["main.py"]
 from app.cli import main

@@ -278,6 +278,24 @@ def check_same_vocabulary(target_tok: PreTrainedTokenizerBase, draft_tok: PreTra
     )
 
 
+# What a folder holds besides its tokenizer: the weights and the model's own configuration.
+NOT_TOKENIZER = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth", "*.h5",
+                 "*.msgpack", "*.onnx", "*.gguf", "config.json", "generation_config.json")
+
+
+def same_tokenizer_files(target: str, draft: str) -> bool:
+    """Both are folders whose files other than the weights and the model's configuration are the same, name for
+    name and byte for byte: then they hold one tokenizer, and the draft's need not be loaded to compare."""
+    folders = [Path(name).expanduser() for name in (target, draft)]
+    if not all(folder.is_dir() for folder in folders):
+        return False
+    listed = [{path.name: path for path in folder.iterdir()
+               if path.is_file() and not any(path.match(pattern) for pattern in NOT_TOKENIZER)} for folder in folders]
+    first, second = listed
+    return bool(first) and first.keys() == second.keys() and all(
+        first[name].read_bytes() == second[name].read_bytes() for name in first)
+
+
 def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
                 device_map: str | None = None, progress=None, heads: str | None = None, cache: str | None = None,
                 compile: bool | None = None) -> LoadedModels:
@@ -312,7 +330,8 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     if draft:
         assert draft_files is not None, "fetched above whenever a draft model is named"
         report(0.75, f"loading {draft}")
-        check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
+        if not same_tokenizer_files(target_files, draft_files):  # a family's shared tokenizer is read once
+            check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
         models.draft = load_causal_lm(draft_files, torch_device, torch_dtype)
         models.draft_name = draft
     if heads:

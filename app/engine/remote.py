@@ -17,9 +17,18 @@ While a run streams, the caller's `LiveSettings` and `GenerationControl` are
 watched and every change is forwarded, so live toggles, pause, step and stop
 behave as they do in process. One run at a time.
 
-Messages, parent -> child: ("run", kind, prompt, settings, chat_template, requests), ("live", settings),
-("control", requests), ("close",). Child -> parent: ("progress", fraction, message), ("loaded", summary,
-token_texts), ("failed", error_type, message), ("started",), ("event", event), ("done",),
+Most of a child's start-up is importing torch and transformers, before it
+needs to know which models to load. `EngineProcessStarter` starts a child
+ahead, as the very first thing the app does (where a core is free for it),
+and hands it the models to load when the window asks for them:
+
+    engines = EngineProcessStarter()           # with more than two cores, the child starts importing now
+    ...                                        # meanwhile: Qt, the window, the saved settings
+    engine = engines(request, progress, cancelled)   # an EngineFactory: that child loads `request`
+
+Messages, parent -> child: ("load", request), ("run", kind, prompt, settings, chat_template, requests),
+("live", settings), ("control", requests), ("close",). Child -> parent: ("progress", fraction, message),
+("loaded", summary, token_texts), ("failed", error_type, message), ("started",), ("event", event), ("done",),
 ("raised", error_type, message).
 """
 
@@ -43,6 +52,7 @@ if TYPE_CHECKING:
 POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
 CLOSE_GRACE_S = 0.1  # how long a closing engine may take to end by itself before it is terminated
 DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
+AHEAD_MIN_CORES = 3  # an engine process started ahead of the window needs a core of its own beside it
 _TYPED_ERRORS = {cls.__name__: cls for cls in (
     SettingsError, errors.ModelLoadError, errors.IncompatibleTokenizerError,
     errors.ContextTooLongError, errors.OutOfMemoryError,
@@ -54,27 +64,91 @@ class EngineProcessError(errors.EngineError):
 
 
 # --- parent side ----------------------------------------------------------------------------------------------
+class EngineChild:
+    """A started engine process without models yet: it imports torch, transformers and the engine while the
+    caller goes on, then loads the models of the ("load", request) message it is sent (`EngineProcess` sends
+    it). Ended unused, or once its parent is gone, it loads nothing."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs Qt or CUDA
+        self.conn, child_end = context.Pipe()
+        self.process = context.Process(target=serve, args=(child_end, threads), name="speculative-engine",
+                                       daemon=True)
+        self.process.start()
+        child_end.close()
+
+    def close(self, timeout_s: float = CLOSE_GRACE_S) -> None:
+        """End the child (asking first, then terminating); safe to call twice."""
+        if self.process.is_alive():
+            try:
+                self.conn.send(("close",))
+            except OSError:
+                pass
+            self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(1.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+class EngineProcessStarter:
+    """An `EngineFactory` (app/engine/engine.py) whose first engine process starts when the starter is made,
+    where that pays.
+
+    Made first thing, before the window imports Qt and builds itself, that child imports torch and
+    transformers (most of its start-up) meanwhile, so the first models are ready sooner. That pays only on
+    a core of its own: on two cores the window and the child share what the rest of the machine leaves, and
+    the window opens later while the models are hardly sooner (BENCHMARKS.md, "Start-up"). So by default the
+    child starts ahead with more than two cores (`ahead=None`); else the first load starts it, as later
+    loads do, each a process of its own as `EngineProcess` makes.
+    """
+
+    def __init__(self, threads: int | None = None, ahead: bool | None = None) -> None:
+        self._threads = threads
+        self._lock = threading.Lock()  # called from a loading thread; closed from the GUI thread
+        if ahead is None:
+            ahead = (os.cpu_count() or 1) >= AHEAD_MIN_CORES
+        self._ahead: EngineChild | None = EngineChild(threads) if ahead else None
+
+    def __call__(self, request: dict, progress: Callable[[float, str], None] | None = None,
+                 cancelled: Callable[[], bool] = lambda: False) -> EngineProcess:
+        return EngineProcess(request, progress, cancelled, self._threads, child=self._take())
+
+    def close(self) -> None:
+        """End the child started ahead if no engine took it; engines made already are their owners' to close."""
+        child = self._take()
+        if child is not None:
+            child.close()
+
+    def _take(self) -> EngineChild | None:
+        with self._lock:
+            child, self._ahead = self._ahead, None
+        return child
+
+
 class EngineProcess:
     """A child process holding the models and a decoder; `generate` and `race` stream its events here.
 
     Implements the `Engine` protocol of app/engine/engine.py, so the class itself is an engine factory."""
 
     def __init__(self, request: dict, progress: Callable[[float, str], None] | None = None,
-                 cancelled: Callable[[], bool] = lambda: False, threads: int | None = None) -> None:
-        """Start the child and wait until it has loaded `request` (load_models' arguments).
+                 cancelled: Callable[[], bool] = lambda: False, threads: int | None = None,
+                 child: EngineChild | None = None) -> None:
+        """Start a child (or take `child`, one started ahead) and wait until it has loaded `request`
+        (load_models' arguments). `threads` is the new child's; a child started ahead has its own.
 
         Raises the loader's typed error (ModelLoadError, OutOfMemoryError ...) or EngineProcessError;
         the child is gone then. `cancelled()` is polled while waiting: True ends the child at once.
         """
-        context = multiprocessing.get_context("spawn")  # never fork a process that runs Qt or CUDA
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(target=serve, args=(child_end, dict(request), threads),
-                                        name="speculative-engine", daemon=True)
+        self._child = child if child is not None else EngineChild(threads)
+        self._conn, self._process = self._child.conn, self._child.process
         self._lock = threading.Lock()  # one run at a time
         self._token_texts: tuple[str, ...] = ()
-        self._process.start()
-        child_end.close()
         try:
+            self._send(("load", dict(request)))
             self.summary: ModelsSummary = self._await_load(progress or (lambda fraction, message: None), cancelled)
         except BaseException:
             self.close()  # a failed child is on its way out; a cancelled one need not finish
@@ -108,19 +182,7 @@ class EngineProcess:
 
         The child keeps nothing worth saving, so its grace is short: an interpreter that has imported torch
         takes seconds to tear itself down, a terminated one ends at once (and frees all its memory)."""
-        if self._process.is_alive():
-            try:
-                self._conn.send(("close",))
-            except OSError:
-                pass
-            self._process.join(timeout_s)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        self._conn.close()
+        self._child.close(timeout_s)
 
     # -- loading
     def _await_load(self, progress: Callable[[float, str], None], cancelled: Callable[[], bool]) -> ModelsSummary:
@@ -271,10 +333,16 @@ def _typed_error(error_type: str, message: str) -> Exception:
 
 
 # --- child side -----------------------------------------------------------------------------------------------
-def serve(conn, request: dict, threads: int | None) -> None:
-    """The child's main: load, report, then run what the parent asks until it closes."""
+def serve(conn, threads: int | None) -> None:
+    """The child's main: import, wait for the models to load, load, report, then run what the parent asks
+    until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
     import torch
+
+    # What loading any model imports (PreTrainedModel, generation, masking, losses; fast tokenizers): imported
+    # here, while the window starts and before it has said which models, instead of after.
+    import transformers.modeling_layers
+    import transformers.tokenization_utils_tokenizers  # noqa: F401
     from transformers.utils import logging as hf_logging
 
     from app.engine.decoder import SpeculativeDecoder
@@ -282,6 +350,9 @@ def serve(conn, request: dict, threads: int | None) -> None:
 
     hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not
     torch.set_num_threads(threads or _threads_beside_a_window())
+    request = _await_request(conn)
+    if request is None:
+        return  # closed (or the parent is gone) before it asked for models
     try:
         models = load_models(**request, progress=lambda fraction, message: conn.send(("progress", fraction, message)))
         decoder = SpeculativeDecoder(models)
@@ -290,6 +361,15 @@ def serve(conn, request: dict, threads: int | None) -> None:
         return
     conn.send(("loaded", ModelsSummary.of(models), token_texts(models.tokenizer)))
     _Host(conn, models, decoder).serve()
+
+
+def _await_request(conn) -> dict | None:
+    """The models to load (load_models' arguments); None if the parent closes first or is gone."""
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        return None
+    return message[1] if message[0] == "load" else None
 
 
 def token_texts(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from app.engine import loading
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.errors import ContextTooLongError, IncompatibleTokenizerError, ModelLoadError
-from app.engine.loading import load_models
+from app.engine.loading import load_models, same_tokenizer_files
 from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings, SettingsError
 from tests.tiny_models import make_model, make_tokenizer
 
@@ -96,6 +97,20 @@ def test_mismatched_tokenizer_is_refused(tiny_llama, tmp_path):
         load_models(str(tiny_llama[0]), str(other))
     message = str(info.value)
     assert "384" in message and "320" in message and "first difference at id" in message
+
+
+def test_a_familys_shared_tokenizer_is_read_once(tiny_llama, tmp_path, monkeypatch):
+    target, draft = tiny_llama
+    assert same_tokenizer_files(str(target), str(draft))
+    other_tok = make_tokenizer(tmp_path / "tok", vocab_size=320, extra_text="zzzz yyyy xxxx")
+    other = make_model(tmp_path / "other", "llama", other_tok, layers=1, hidden=32, seed=5)
+    assert not same_tokenizer_files(str(target), str(other))
+    assert not same_tokenizer_files(str(target), "some-org/some-model")  # a hub id: nothing to compare here
+    read = []
+    real_load_tokenizer = loading.load_tokenizer
+    monkeypatch.setattr(loading, "load_tokenizer", lambda name: read.append(name) or real_load_tokenizer(name))
+    assert load_models(str(target), str(draft), device="cpu").draft is not None
+    assert read == [str(target)]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -4,6 +4,7 @@ control, typed errors; and a child that dies, hangs up or is abandoned never tak
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import signal
 import time
@@ -16,7 +17,7 @@ from app.engine.errors import ContextTooLongError, ModelLoadError
 from app.engine.events import EndEvent, PassEvent, StartEvent
 from app.engine.loading import load_models
 from app.engine.race import RaceResult
-from app.engine.remote import EngineProcess, EngineProcessError, ModelsSummary
+from app.engine.remote import EngineProcess, EngineProcessError, EngineProcessStarter, ModelsSummary
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from tests.engine.helpers import PROMPTS
 
@@ -179,6 +180,46 @@ def test_cancelled_load_ends_the_child_at_once(tiny_llama):
     with pytest.raises(EngineProcessError, match="cancelled"):
         EngineProcess(request_for(tiny_llama), cancelled=lambda: time.monotonic() - started > 0.2, threads=1)
     assert time.monotonic() - started < 5
+
+
+def test_a_process_started_ahead_loads_what_it_is_asked_later(tiny_llama):
+    before = set(multiprocessing.active_children())
+    engines = EngineProcessStarter(threads=1, ahead=True)  # what the app does first, before Qt and the window
+    (ahead,) = set(multiprocessing.active_children()) - before
+    first = engines(request_for(tiny_llama))  # the window's first load: the process started ahead takes it
+    second = None
+    try:
+        assert first.pid == ahead.pid and first.summary.draft_name == str(tiny_llama[1])
+        assert list(first.generate(PROMPTS[0], DecodeSettings(max_new_tokens=4)))[-1].reason == "max_tokens"
+        second = engines(request_for(tiny_llama))  # a later load: a process of its own
+        assert second.pid != first.pid and second.alive
+    finally:
+        engines.close()
+        first.close()
+        if second is not None:
+            second.close()
+    assert not first.alive and not ahead.is_alive()
+
+
+def test_a_process_started_ahead_and_never_asked_ends_with_its_starter():
+    before = set(multiprocessing.active_children())
+    engines = EngineProcessStarter(threads=1, ahead=True)
+    (ahead,) = set(multiprocessing.active_children()) - before
+    started = time.monotonic()
+    engines.close()
+    assert not ahead.is_alive() and time.monotonic() - started < 5
+    engines.close()  # safe twice
+
+
+@pytest.mark.parametrize(("cores", "ahead"), [(1, False), (2, False), (3, True), (16, True)])
+def test_a_process_starts_ahead_only_with_a_core_of_its_own(monkeypatch, cores, ahead):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    before = set(multiprocessing.active_children())
+    engines = EngineProcessStarter(threads=1)
+    try:
+        assert len(set(multiprocessing.active_children()) - before) == (1 if ahead else 0)
+    finally:
+        engines.close()
 
 
 def test_a_child_that_dies_mid_run_is_a_typed_error(tiny_llama):
