@@ -30,6 +30,10 @@ Per family:
   per-prompt medians over the repeats), over all prompts and over the prompts
   whose continuation is not degenerate (the figures that count: loops make any
   drafter look good).
+
+``--repetition-penalty`` and ``--no-repeat-ngram-size`` apply the engine's
+repetition controls (Hugging Face's semantics) to the target and every drafter
+alike; greedy identity with autoregressive decoding still holds.
 """
 
 from __future__ import annotations
@@ -91,12 +95,13 @@ def parses(prompt: str, continuation: str) -> bool:
 # ---- decoding -----------------------------------------------------------------------------------
 
 
-def decode_once(decoder, prompt: str, drafter: str | None, max_new: int) -> dict:
+def decode_once(decoder, prompt: str, drafter: str | None, max_new: int, repetition=None) -> dict:
     from app.engine.events import EndEvent, PassEvent
-    from app.engine.settings import DecodeSettings
+    from app.engine.settings import DecodeSettings, RepetitionSettings
     from app.engine.stats import Acceptance
 
-    settings = DecodeSettings(drafters=(drafter,) if drafter else (), k=K, max_new_tokens=max_new)
+    settings = DecodeSettings(drafters=(drafter,) if drafter else (), k=K, max_new_tokens=max_new,
+                              repetition=repetition or RepetitionSettings())
     passes, acceptance = 0, Acceptance()
     end = None
     started = time.perf_counter()
@@ -146,7 +151,7 @@ def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
 
 
 def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_new: int,
-            drafters: tuple[str, ...]) -> dict:
+            drafters: tuple[str, ...], repetition=None) -> dict:
     loaded = {name: load_family(folder) for name, folder in families.items()}
     methods = {name: ["autoregressive"] + [d for d in drafters if d in models.available_drafters]
                for name, (models, _) in loaded.items()}
@@ -161,7 +166,7 @@ def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_ne
             for name, (_, decoder) in loaded.items():
                 for method in methods[name]:
                     run = decode_once(decoder, prompt["text"], None if method == "autoregressive" else method,
-                                      max_new)
+                                      max_new, repetition)
                     reference = runs[name]["autoregressive"][prompt["id"]]
                     if method != "autoregressive" and run["tokens"] != reference[0]["tokens"]:
                         raise AssertionError(f"{name} {method} differs from greedy decoding on {prompt['id']}")
@@ -206,6 +211,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated; those a family lacks are "
                         "left out")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0,
+                        help="Hugging Face's repetition_penalty on target and drafters alike (default: 1.0, off)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                        help="Hugging Face's no_repeat_ngram_size (default: 0, off)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -220,15 +229,19 @@ def main(argv=None) -> int:
     families = dict(args.family or [("demo", DEFAULT_FAMILY)])
     prompts = json.loads(args.prompts.read_text())["prompts"]
     drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    from app.engine.settings import RepetitionSettings
+
+    repetition = RepetitionSettings(penalty=args.repetition_penalty, no_repeat_ngram=args.no_repeat_ngram_size)
     load = os.getloadavg()
     report: dict = {"settings": {"k": K, "greedy": True, "threads": torch.get_num_threads(), "dtype": "float32",
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                           "repetition_penalty": repetition.penalty, "no_repeat_ngram_size": repetition.no_repeat_ngram,
                            "prompts": len(prompts), "loop_metric": f"share of the last {LOOP_WINDOW} tokens "
                            f"covered by one repeated n-gram ({LOOP_MIN_N} <= n <= {LOOP_MAX_N}); degenerate "
                            f"at >= {LOOP_THRESHOLD}"},
               "load_average_before": [round(x, 2) for x in load]}
     started = time.monotonic()
-    report["families"] = measure(families, prompts, args.repeats, args.max_new_tokens, drafters)
+    report["families"] = measure(families, prompts, args.repeats, args.max_new_tokens, drafters, repetition)
     report["seconds"] = round(time.monotonic() - started, 1)
     report["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=2)
