@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
 from app.engine.repetition import process_rows
-from app.engine.sampling import warp_probs
+from app.engine.sampling import TokenSampler, warp_probs
 from app.engine.settings import DecodeSettings, RepetitionSettings
 
 PROMPTS = (
@@ -71,3 +71,14 @@ def fail_on_call(calls: int, error: BaseException):
             return method(*args, **kwargs)
         return wrapped
     return wrap
+
+
+class ForcedSampler(TokenSampler):
+    """A greedy sampler that picks the given tokens in turn: the chain drafter then drafts along a chosen path."""
+
+    def __init__(self, path: list[int]) -> None:
+        super().__init__(None, torch.Generator())
+        self.path = list(path)
+
+    def pick(self, probs: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(self.path.pop(0) if self.path else 0)

@@ -37,7 +37,7 @@ from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import load_models
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, LiveSettings, SamplingSettings
-from tests.engine.helpers import PROMPTS, chi_square_pvalue, first_two_distribution, run
+from tests.engine.helpers import PROMPTS, ForcedSampler, chi_square_pvalue, first_two_distribution, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "tools" / "train_heads.py"
@@ -315,17 +315,6 @@ def test_greedy_token_trees_of_learned_drafters_equal_autoregressive(decoder, fa
             passes, end = run(decoder, prompt, drafters=(family,), k=4, tree=budget, max_new_tokens=32)
             assert end.token_ids == reference.token_ids, (family, budget)
             assert any(p.tree and len(p.tree) > max(n.depth for n in p.tree) for p in passes)  # real branching
-
-
-class ForcedSampler(TokenSampler):
-    """A greedy sampler that picks the given tokens in turn: the chain drafter then drafts along a chosen path."""
-
-    def __init__(self, path: list[int]) -> None:
-        super().__init__(None, torch.Generator())
-        self.path = list(path)
-
-    def pick(self, probs: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(self.path.pop(0) if self.path else 0)
 
 
 def test_eagle_tree_nodes_are_drawn_from_the_chain_q_of_their_path(models):

@@ -35,7 +35,7 @@ from app.engine.tree import (
     verify_tree_sampling,
 )
 from app.engine.verify import verify_greedy
-from tests.engine.helpers import PROMPTS, chi_square_pvalue, run
+from tests.engine.helpers import PROMPTS, ForcedSampler, chi_square_pvalue, run
 
 VOCAB = 97
 
@@ -238,17 +238,6 @@ def test_greedy_identity_holds_on_mistral(tmp_path):
         for budget in (4, 16, 64):
             passes, tree_run = run(decoder, prompt, drafters=("draft-model",), k=4, tree=budget, max_new_tokens=32)
             assert tree_run.token_ids == plain.token_ids and any(p.tree for p in passes)
-
-
-class ForcedSampler(TokenSampler):
-    """A greedy sampler that picks the given tokens in turn: the chain drafter then drafts along a chosen path."""
-
-    def __init__(self, path: list[int]) -> None:
-        super().__init__(None, torch.Generator())
-        self.path = list(path)
-
-    def pick(self, probs: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(self.path.pop(0) if self.path else 0)
 
 
 @pytest.mark.parametrize("sampling", [None, SamplingSettings(temperature=1.3)], ids=["greedy", "sample"])
