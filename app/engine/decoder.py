@@ -243,11 +243,7 @@ class SpeculativeDecoder:
         self.target.crop(req.ids.numel() + commit.kept)
         asd = self._charge_ledger(req, settings, block.verdict, commit.kept)
         event = self._pass_event(req, settings, block, commit, asd, clock, drafter_name, k)
-        req.ids = torch.cat([req.ids, torch.tensor(event.committed_ids, dtype=torch.long)])
-        self._adapt_k(req, settings, len(draft), block.verdict.n_accepted)
-        if reason is None and req.generated >= settings.max_new_tokens:
-            reason = "max_tokens"
-        return event, reason
+        return self._commit(req, settings, event, len(draft), block.verdict.n_accepted, reason)
 
     def _tree_pass(self, req: _Request, settings: DecodeSettings, depth: int, budget: int, sampler: TokenSampler,
                    clock: PassClock) -> tuple[PassEvent | None, EndReason | None]:
@@ -271,8 +267,13 @@ class SpeculativeDecoder:
         nodes = tree_nodes(req.detok, tree, verdict, p, commit.kept) if len(tree) else None
         event = self._pass_event(req, settings, block, commit, None, clock, drafter_name, depth, nodes,
                                  verdict.path[: commit.kept] if nodes else None)
+        return self._commit(req, settings, event, len(block.drafts), verdict.n_accepted, reason)
+
+    def _commit(self, req: _Request, settings: DecodeSettings, event: PassEvent, drafted: int, accepted: int,
+                reason: EndReason | None) -> tuple[PassEvent, EndReason | None]:
+        """Append the pass's committed tokens, adapt K, and end the request at the token limit."""
         req.ids = torch.cat([req.ids, torch.tensor(event.committed_ids, dtype=torch.long)])
-        self._adapt_k(req, settings, len(block.drafts), verdict.n_accepted)
+        self._adapt_k(req, settings, drafted, accepted)
         if reason is None and req.generated >= settings.max_new_tokens:
             reason = "max_tokens"
         return event, reason
