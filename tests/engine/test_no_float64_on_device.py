@@ -88,8 +88,12 @@ def test_the_guard_catches_float64_on_a_device_tensor_and_allows_the_host_helper
     dict(verify="asd", drafters=("draft-model",), k=4),
     dict(verify="sample", drafters=("draft-model",), k=4, repetition=RepetitionSettings(1.3, 3)),
     dict(verify="asd", drafters=("draft-model",), k=4, repetition=RepetitionSettings(1.3, 3)),
+    dict(verify="greedy", drafters=("draft-model",), k=4, tree=12),
+    dict(verify="sample", drafters=("draft-model",), k=3, tree=8, sampling=SamplingSettings(0.9, 0, 0.9),
+         repetition=RepetitionSettings(1.3, 3)),
+    dict(verify="sample", drafters=("prompt-lookup",), k=3, tree=8),
 ], ids=["greedy", "plain", "sample-top-p", "sample-one-hot-top-k-top-p", "asd", "sample-repetition",
-        "asd-repetition"])
+        "asd-repetition", "greedy-tree", "sample-iid-tree-top-p-repetition", "sample-one-hot-tree"])
 def test_whole_generations_use_no_float64_on_the_device(decoder, settings):
     passes, end = guarded(run, decoder, PROMPTS[1], max_new_tokens=24, seed=5, **settings)
     assert end.token_ids
