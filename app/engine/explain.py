@@ -16,7 +16,7 @@ so far <= M, cumulative charged regret C_i <= rem = B - s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.engine.events import (
@@ -24,11 +24,13 @@ from app.engine.events import (
     ASD_EXCEPTION,
     BONUS,
     CLIPPED,
+    NOT_REACHED,
     REJECTED,
     TARGET,
     DraftedToken,
     PassEvent,
     ResidualEntry,
+    TreeNode,
 )
 
 TokenText = Callable[[int], str]
@@ -272,11 +274,21 @@ def _opening(event: PassEvent) -> str:
     return f"In pass {event.index} the {event.drafter} drafter proposed {proposed}: {tokens}."
 
 
+def branch_count(tree: Sequence[TreeNode]) -> int:
+    """Root-to-leaf branches of a tree: its nodes without children."""
+    parents = {node.parent for node in tree}
+    return sum(node.id not in parents for node in tree)
+
+
+def tested_count(tree: Sequence[TreeNode]) -> int:
+    """Nodes the target tried (accepted, rejected or clipped), as opposed to those it never reached."""
+    return sum(node.outcome != NOT_REACHED for node in tree)
+
+
 def _tree_opening(event: PassEvent) -> str:
     """A tree pass: its size, what the target tried, then the main line read like a chain."""
     tree = event.tree or ()
-    leaves = len(tree) - len({node.parent for node in tree if node.parent >= 0})
-    tried = sum(node.outcome != "not_reached" for node in tree)
+    leaves, tried = branch_count(tree), tested_count(tree)
     line = ", ".join(_quote(t.text, t.id) for t in event.drafted)
     branches = "1 branch" if leaves == 1 else f"{leaves} branches"
     return (f"In pass {event.index} the {event.drafter} drafter proposed a token tree of {_count(len(tree), 'node')} "

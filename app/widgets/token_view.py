@@ -148,8 +148,9 @@ class TokenView(QPlainTextEdit):
                     self._insert(row, slot, token.text.replace("\n", GHOST_NEWLINE), ts.REJECTED)
         if event.appended is not None:
             self._insert(row, -1, event.appended.text, event.appended.kind)
-        if event.tree is not None and branch_count(event.tree) > 1:
-            self._insert_mark(f"{TREE_MARK}{branch_count(event.tree)}", self._tree_format, row)
+        branches = branch_count(event.tree) if event.tree is not None else 0
+        if branches > 1:
+            self._insert_mark(f"{TREE_MARK}{branches}", self._tree_format, row)
 
     def _insert_change_marker(self, row: int) -> None:
         """Mark where a setting changed: before the first pass under the new one."""

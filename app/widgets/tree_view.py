@@ -28,6 +28,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, Q
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from app.engine.events import ACCEPTED, CLIPPED, NOT_REACHED, REJECTED, AppendedToken, PassEvent, TreeNode
+from app.engine.explain import branch_count, tested_count
 from app.widgets import token_style as ts
 from app.widgets.token_style import token_label
 
@@ -56,17 +57,6 @@ class PlacedNode:
     row: int
     label: str  # the token as the stream spells it: whitespace visible, long text elided
     style: str  # a node outcome, an appended kind, or ROOT_STYLE
-
-
-def branch_count(tree: tuple[TreeNode, ...]) -> int:
-    """Root-to-leaf branches of a tree: its nodes without children."""
-    parents = {node.parent for node in tree}
-    return sum(node.id not in parents for node in tree)
-
-
-def tested_count(tree: tuple[TreeNode, ...]) -> int:
-    """Nodes the target tried (accepted, rejected or clipped), as opposed to those it never reached."""
-    return sum(node.outcome != NOT_REACHED for node in tree)
 
 
 def place_tree(tree: tuple[TreeNode, ...], appended: AppendedToken | None,
