@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from app import __version__
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
-from app.engine.execution import CACHE_MODES, check_execution
+from app.engine.execution import CACHE_MODES, check_execution, default_words
 from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
@@ -77,18 +77,47 @@ def _add_execution_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("how the models run")
     group.add_argument("--cache", choices=CACHE_MODES,
                        help="KV cache: dynamic (grows, cropped on a rollback) or static (preallocated, rolled back "
-                            "by moving its write position; fixed shapes) (default: static on CUDA, dynamic on CPU "
-                            "and MPS)")
+                            f"by moving its write position; fixed shapes) (default: {default_words(0)})")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction,
                        help="compile the one-token and verification forwards with torch.compile (CUDA graphs on "
-                            "CUDA; needs the static cache, which it implies); a failed compile falls back to eager "
-                            "forwards with a notice (default: on CUDA, off on CPU and MPS)")
+                            "CUDA; needs the static cache, which it implies), every shape while the models load "
+                            "(minutes on a CPU; the steps are shown on stderr); a failed compile falls back to eager "
+                            f"forwards with a notice (default: {default_words(1)})")
 
 
 def execution_request(args) -> dict:
     """--cache and --compile as load_models' arguments, checked (SettingsError says what is allowed)."""
     check_execution(args.cache, args.compile)
     return dict(cache=args.cache, compile=args.compile)
+
+
+def load_steps(args) -> LoadSteps | None:
+    """The loader's progress on stderr when the models will be compiled: the compiles take minutes, and each
+    step says what is being compiled. Other loads take seconds and say nothing."""
+    from app.engine.execution import resolve_execution
+    from app.engine.loading import resolve_device
+
+    compiles = resolve_execution(args.cache, args.compile, resolve_device(args.device)).compiles
+    return LoadSteps() if compiles else None
+
+
+class LoadSteps:
+    """A `progress(fraction, message)` for the loader that prints each step on stderr ('[ 35%] compiling target:
+    verify 8 rows (3/16)'); a download's byte counts at most once a second."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream
+        self._download_printed = float("-inf")
+
+    def __call__(self, fraction: float, message: str) -> None:
+        import time
+
+        if message.startswith("downloading ") and fraction < 1.0:
+            now = time.monotonic()
+            if now - self._download_printed < 1.0:
+                return
+            self._download_printed = now
+        print(f"[{fraction:4.0%}] {message}", file=self.stream or sys.stderr, flush=True)
 
 
 def _add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -305,7 +334,7 @@ def run_headless(args, fail=None) -> int:
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
 
     engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
-                                   device_map=args.device_map, heads=args.heads, **execution))
+                                   device_map=args.device_map, heads=args.heads, **execution), load_steps(args))
     settings = with_default_drafters(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
@@ -415,7 +444,7 @@ def load_bench_models(args):
     from app.engine.loading import load_models
 
     return load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads,
-                       **execution_request(args))
+                       progress=load_steps(args), **execution_request(args))
 
 
 def run_tree_comparison(args, prompts, repeats: int) -> int:

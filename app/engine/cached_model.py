@@ -17,7 +17,8 @@ every other call drops it first.
 The cache is dynamic or static (`app/engine/execution.py`, `static_cache.py`). On the static path a crop is
 a move of the write position, every forward gets a 4D mask over the cache's capacity, and, when compiling,
 the short forwards run compiled with their rows padded to a power of two (the padding rows write past the
-sequence, where the next forward overwrites them).
+sequence, where the next forward overwrites them). `warm_up` compiles one such forward ahead, through the
+same path, so that loading can compile every shape a generation will meet.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from app.engine.errors import is_out_of_memory
 from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
-from app.engine.static_cache import StaticKV, static_problem
+from app.engine.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
 from app.engine.tree import TreeRows
 
 _LAYER_LISTS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
@@ -106,7 +107,8 @@ class CachedModel:
         problem = static_problem(model) if self.execution.cache == "static" else None
         if problem is not None:
             self.execution.note(f"{problem}: the {role} keeps the dynamic cache")
-        self._static = StaticKV(model) if self.execution.cache == "static" and problem is None else None
+        least = compiled_capacity(model) if self.execution.compiles else MIN_CAPACITY  # one capacity compiled
+        self._static = StaticKV(model, least) if self.execution.cache == "static" and problem is None else None
         self._compiled_step = None  # the compiled forward, made at its first use
         self.reset()
 
@@ -212,7 +214,10 @@ class CachedModel:
         assert static is not None, "called on the static path only"
         rows = tokens.numel()
         prefill = last is not None and rows > last + 1  # most rows are fed for the cache alone: a prompt
-        compiled = self.compiled and rows <= COMPILED_ROWS and not prefill
+        # The first forward on a cache runs eagerly too: it allocates the buffers (marked as fixed addresses for
+        # CUDA graphs, which a compiled allocation cannot do), and a step compiled before that would be
+        # compiled again after it.
+        compiled = self.compiled and static.allocated and rows <= COMPILED_ROWS and not prefill
         fed = padded_rows(rows) if compiled else rows
         static.reserve(start + fed, kept=start)
         if fed > rows:  # padding rows repeat the last position and write past the rows that count
@@ -259,6 +264,27 @@ class CachedModel:
                 raise
             self.execution.give_up_compiling(exc)
             return None
+
+    def warm_up(self, rows: int, runs: int = 1) -> None:
+        """Compile the forward of `rows` fed rows now, as a generation meets it: through `extend`, padded to its
+        bucket, at the cache's capacity, after a first forward has allocated the cache; fed `runs` times (CUDA
+        graphs are captured at a later call than the compile). The tokens are a scratch sequence: the cache is
+        empty afterwards. A compile that fails gives compiling up for every cache of these models, with a notice
+        (`Execution.give_up_compiling`); the forward then runs eagerly, as in a generation."""
+        if not self.compiled:
+            return
+        scratch = torch.zeros(rows, dtype=torch.long)
+        try:
+            if self._static is not None and not self._static.allocated:
+                self.extend(scratch[:1])  # eager: allocates the buffers
+                self.reset()
+            for _ in range(runs):
+                self.extend(scratch)
+                self.reset()
+                if not self.compiled:
+                    break
+        finally:
+            self.reset()
 
     def advance_to(self, ids: torch.Tensor, output_hidden_states: bool = False, last: int | None = None):
         """Make the cache hold `ids` (N,); logits of the tokens that had to be fed (of at most `last` of them).

@@ -99,8 +99,9 @@ class LocalEngine:
 
     @classmethod
     def load(cls, request: dict, progress: Progress | None = None, cancelled: Cancelled = lambda: False) -> LocalEngine:
-        """Load `request` (load_models' arguments). A model's weights cannot be interrupted half read, so a
-        cancel takes effect where `progress` is next called: let `progress` raise to abandon the load."""
+        """Load `request` (load_models' arguments). A model's weights cannot be interrupted half read, nor can one
+        compile, so a cancel takes effect where `progress` is next called (each model read, each shape compiled
+        when compiling): let `progress` raise to abandon the load."""
         from app.engine.loading import load_models
 
         return cls(load_models(**request, progress=progress))

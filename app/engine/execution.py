@@ -4,16 +4,20 @@ A load-time choice (`load_models(cache=..., compile=...)`, `--cache`, `--compile
 the loaded models and used by every cache that runs one of them: the target's and those of the drafters that
 run a model (draft model, layer skip).
 
-- **dynamic** cache: keys and values grow by concatenation and a rollback crops them. The default on the CPU
-  and on MPS, where it measured fastest (BENCHMARKS.md, "Static cache and compilation").
+- **dynamic** cache: keys and values grow by concatenation and a rollback crops them. The default on every
+  device: on the CPU it measured fastest (BENCHMARKS.md, "Static cache and compilation"); on CUDA the fast
+  path takes over once it passes the device check (`DEFAULTS` below).
 - **static** cache: buffers preallocated at a capacity of a few power-of-two sizes (grown, by copying, when a
   sequence outgrows them), written at a write position. A rollback moves the position back; the rejected
   entries are overwritten by the next pass (docs/ALGORITHMS.md §2). Every forward then has fixed shapes.
 - **compiled**: the short forwards (one-token steps, verification blocks, tree rounds), their rows padded to
   a power of two so that few shapes are compiled, run through `torch.compile`: with CUDA graphs (mode
   "reduce-overhead") on CUDA, Inductor's default mode elsewhere. A prefill (a prompt, a drafter catching up
-  on it) stays eager. Compiling needs the
-  static cache. A compile or capture that fails falls back to eager forwards with a notice, never an error.
+  on it) stays eager. Compiling needs the static cache, which then holds the model's context from the start
+  (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
+  compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading.py), with progress,
+  not at the first generation. A compile or capture that fails falls back to eager forwards with a notice,
+  never an error.
 
 This module imports no torch at load: the command line checks the choice before anything loads.
 """
@@ -29,10 +33,16 @@ if TYPE_CHECKING:
     import torch
 
 CACHE_MODES = ("dynamic", "static")
-# device type -> (cache, compile) when none is asked for. CUDA: the fast path of gpt-fast (static cache, CUDA
-# graphs); the CPU and MPS: eager forwards on the dynamic cache, which measured fastest there.
-DEFAULTS = {"cuda": ("static", True)}
+FAST_PATH = ("static", True)  # gpt-fast's: a static cache, the short forwards compiled (CUDA graphs on CUDA)
 EAGER_DEFAULT = ("dynamic", False)
+# device type -> (cache, compile) when none is asked for; any other device gets EAGER_DEFAULT. Eager forwards
+# on the dynamic cache everywhere for now: on the CPU they measured fastest (BENCHMARKS.md, "Static cache and
+# compilation"; MPS is unmeasured). On CUDA the fast path is meant to be the default, but it has never run on
+# a GPU: it becomes the default, by adding "cuda": FAST_PATH here, once tools/device_check.py has passed on
+# one (its identity and cache checks in the compiled mode, and its fast: rows timed; BENCHMARKS.md, "Device
+# check"). Until then `--cache static --compile` (or the model dialog) opts in.
+DEFAULTS: dict[str, tuple[str, bool]] = {}
+DEVICE_NAMES = {"cuda": "CUDA", "mps": "MPS", "cpu": "CPU"}
 RECOMPILE_LIMIT = 64  # compiled shapes per step function: row buckets x capacities x models (target, drafters)
 COMPILED_ROWS = 128  # forwards of more rows run eagerly, as do prefills (rows fed for the cache alone)
 
@@ -73,6 +83,18 @@ class Execution:
 
 def mode_label(cache: str, compiled: bool) -> str:
     return f"{cache} cache" + (", compiled" if compiled else "")
+
+
+def default_words(choice: int) -> str:
+    """The devices' defaults in words, for the help and the model dialog: choice 0 the cache ("dynamic on every
+    device", "CUDA: static, elsewhere: dynamic"), 1 compiling ("off on every device")."""
+    def word(value) -> str:
+        return value if isinstance(value, str) else ("on" if value else "off")
+
+    eager = word(EAGER_DEFAULT[choice])
+    special = [f"{DEVICE_NAMES.get(device, device)}: {word(chosen[choice])}" for device, chosen in DEFAULTS.items()
+               if chosen[choice] != EAGER_DEFAULT[choice]]
+    return ", ".join([*special, f"elsewhere: {eager}"]) if special else f"{eager} on every device"
 
 
 def check_execution(cache: str | None, compile: bool | None) -> None:
@@ -125,3 +147,13 @@ def compile_step(step, device: torch.device):
 def padded_rows(rows: int) -> int:
     """The compiled shape `rows` fed rows are padded to: the next power of two."""
     return 1 << max(0, rows - 1).bit_length()
+
+
+def row_buckets(most: int) -> list[int]:
+    """The compiled shapes of forwards of 1 to `most` rows: their padded sizes, COMPILED_ROWS at most."""
+    return sorted({padded_rows(rows) for rows in range(1, min(most, COMPILED_ROWS) + 1)})
+
+
+def fewest_rows(bucket: int) -> int:
+    """The fewest fed rows that are padded to `bucket` (what a warm-up feeds: the padding makes up the rest)."""
+    return 1 if bucket == 1 else bucket // 2 + 1

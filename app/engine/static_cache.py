@@ -8,8 +8,10 @@ slots it may see: the cached sequence up to its own position (a chain), or the s
 ancestors (a token tree, §9). Slots past the write position are never visible.
 
 The capacity is a power of two (at least MIN_CAPACITY); a sequence that outgrows it moves to the next one, its
-entries copied, so that a short generation does not attend over the model's whole context and a compiled
-forward sees only a few shapes.
+entries copied, so that a short generation does not attend over the model's whole context. A compiled model's
+cache starts instead at its context (`compiled_capacity`, at most COMPILED_CAPACITY slots): the capacity is a
+dimension of every compiled shape, and a cache that grew during a generation would compile its forwards again
+at each new capacity, where one fixed capacity lets the load compile them all beforehand.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
 MIN_CAPACITY = 64
+# The most slots a compiled model's cache starts with: the contexts of small models, a few thousand tokens of
+# large ones (longer sequences grow it, and compile their forwards again there).
+COMPILED_CAPACITY = 2048
 MASKED_ATTENTION = (None, "eager", "sdpa")  # implementations that take a custom 4D mask
 
 
@@ -40,13 +45,23 @@ def static_problem(model) -> str | None:
     return None
 
 
+def compiled_capacity(model) -> int:
+    """The capacity a compiled model's cache starts at: its context, as a power of two, COMPILED_CAPACITY at most."""
+    config = model.config
+    context = next((value for value in (getattr(config, name, None) for name in
+                                        ("max_position_embeddings", "n_positions", "max_sequence_length"))
+                    if isinstance(value, int) and value > 0), COMPILED_CAPACITY)
+    return max(MIN_CAPACITY, 1 << (min(context, COMPILED_CAPACITY) - 1).bit_length())
+
+
 class StaticKV:
     """A growing `StaticCache`: `reserve` a capacity, `seek` the write position, build the masks."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, least: int = MIN_CAPACITY) -> None:
         self.config = model.config
         self.device = next(model.parameters()).device
         self.dtype = model.dtype
+        self.least = least  # the first capacity reserved
         self.capacity = 0
         self.cache = StaticCache(config=self.config, max_cache_len=MIN_CAPACITY)  # layers allocate on first use
         self.slots = torch.arange(0, device=self.device)
@@ -55,7 +70,7 @@ class StaticKV:
         """Make room for `needed` slots, keeping the first `kept` entries."""
         if needed <= self.capacity:
             return
-        capacity = max(MIN_CAPACITY, 1 << (needed - 1).bit_length())
+        capacity = max(self.least, 1 << (needed - 1).bit_length())
         grown = StaticCache(config=self.config, max_cache_len=capacity)
         with torch.inference_mode():
             if self.capacity:
@@ -74,6 +89,11 @@ class StaticKV:
         with torch.inference_mode():
             for layer in self.all_layers():
                 layer.cumulative_length.fill_(position)
+
+    @property
+    def allocated(self) -> bool:
+        """Some layer holds its buffers: a forward has run on this cache (the first allocates them)."""
+        return any(layer.is_initialized for layer in self.all_layers())
 
     def all_layers(self) -> list[StaticLayer]:
         return _static_layers(self.cache)

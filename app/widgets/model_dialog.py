@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.execution import default_words
+
 CUSTOM = "custom"
 PRESETS = (
     # label, target, drafter (None target = the bundled demo family)
@@ -36,8 +38,8 @@ PRESETS = (
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # How the models run (app/engine/execution.py): the label shown, the request's value (None: the device's default).
-CACHES = (("auto (static on CUDA, dynamic elsewhere)", None), ("dynamic", "dynamic"), ("static", "static"))
-COMPILE = (("auto (on CUDA only)", None), ("on", True), ("off", False))
+CACHES = ((f"auto ({default_words(0)})", None), ("dynamic", "dynamic"), ("static", "static"))
+COMPILE = ((f"auto ({default_words(1)})", None), ("on", True), ("off", False))
 
 
 class ModelDialog(QDialog):
@@ -68,8 +70,9 @@ class ModelDialog(QDialog):
         self.cache = _choices(CACHES, "dynamic: the KV cache grows and is cropped; static: preallocated, rolled back "
                                       "by moving its write position (fixed shapes, needed to compile)")
         self.compile = _choices(COMPILE, "compile the one-token and verification forwards with torch.compile "
-                                         "(CUDA graphs on a GPU; needs the static cache); a failure falls back to "
-                                         "eager forwards with a notice")
+                                         "(CUDA graphs on a GPU; needs the static cache), every shape while the "
+                                         "models load (minutes on a CPU); a failure falls back to eager forwards "
+                                         "with a notice")
         form = QFormLayout()
         form.addRow("Preset", self.preset)
         form.addRow("Target", _with_browse(self.target, self._browse_into))

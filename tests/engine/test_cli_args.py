@@ -222,5 +222,28 @@ def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
 def test_the_execution_options_say_their_defaults():
     for command in ("run", "bench"):
         entries = help_entries(command)
-        assert "static on CUDA, dynamic on CPU and MPS" in entries["--cache"]
-        assert "on CUDA, off on CPU and MPS" in entries["--compile"]
+        assert "(default: dynamic on every device)" in entries["--cache"]
+        assert "(default: off on every device)" in entries["--compile"]
+        assert "while the models load" in entries["--compile"]
+
+
+def test_a_compiling_load_shows_its_steps_on_stderr(monkeypatch, capsys):
+    from app.engine.engine import LocalEngine
+
+    given = []
+
+    def capture(cls, request, progress=None, *args, **kwargs):
+        given.append(progress)
+        raise AssertionError("loaded")
+
+    monkeypatch.setattr(LocalEngine, "load", classmethod(capture))
+    for options in ([], ["--compile"]):
+        with pytest.raises(AssertionError, match="loaded"):
+            cli.main(["run", "--prompt", "def f():", "--device", "cpu", *options])
+    assert given[0] is None and isinstance(given[1], cli.LoadSteps)  # a load without compiles says nothing
+    show = given[1]
+    show(0.35, "compiling target: verify 8 rows (3/16)")
+    for megabytes in range(5):  # a download's byte counts: once a second
+        show(0.1, f"downloading org/model: {megabytes} of 5 MB")
+    assert capsys.readouterr().err.splitlines() == ["[ 35%] compiling target: verify 8 rows (3/16)",
+                                                     "[ 10%] downloading org/model: 0 of 5 MB"]

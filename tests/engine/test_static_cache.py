@@ -15,10 +15,20 @@ import pytest
 import torch
 
 from app.engine import cached_model as cached_model_module
+from app.engine import loading
 from app.engine.cached_model import CachedModel
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, ExecutionMode, NoticeEvent, PassEvent, StartEvent, to_json_line
-from app.engine.execution import Execution, check_execution, padded_rows, resolve_execution, settle_execution
+from app.engine.execution import (
+    DEFAULTS,
+    FAST_PATH,
+    Execution,
+    check_execution,
+    default_words,
+    padded_rows,
+    resolve_execution,
+    settle_execution,
+)
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, SettingsError
 from app.engine.static_cache import MIN_CAPACITY
@@ -210,14 +220,20 @@ def test_a_sliding_window_model_keeps_the_dynamic_cache_with_a_notice():
     assert (target.cache, target.compile) == ("dynamic", False) and len(target.notices) == 1
 
 
-def test_the_default_is_eager_dynamic_off_cuda_and_the_fast_path_on_cuda():
-    assert resolve_execution(None, None, torch.device("cpu")) == Execution("dynamic", False)
-    assert resolve_execution(None, None, torch.device("mps")) == Execution("dynamic", False)
-    assert resolve_execution(None, None, torch.device("cuda")) == Execution("static", True)
+def test_the_default_is_eager_dynamic_everywhere_until_the_fast_path_passes_the_device_check(monkeypatch):
+    for device in ("cpu", "mps", "cuda"):
+        assert resolve_execution(None, None, torch.device(device)) == Execution("dynamic", False)
+        assert resolve_execution("static", None, torch.device(device)) == Execution("static", False)
+        assert resolve_execution(None, True, torch.device(device)) == Execution("static", True)  # implies static
+        assert resolve_execution("static", True, torch.device(device)) == Execution("static", True)  # opts in
     assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
-    assert resolve_execution(None, True, torch.device("cpu")) == Execution("static", True)  # compile implies static
-    assert resolve_execution("static", None, torch.device("cpu")) == Execution("static", False)
+    assert default_words(0) == "dynamic on every device" and default_words(1) == "off on every device"
+    monkeypatch.setitem(DEFAULTS, "cuda", FAST_PATH)  # what a passed device check flips, in one place
+    assert resolve_execution(None, None, torch.device("cuda")) == Execution("static", True)
     assert resolve_execution("static", False, torch.device("cuda")) == Execution("static", False)
+    assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
+    assert resolve_execution(None, None, torch.device("cpu")) == Execution("dynamic", False)
+    assert default_words(0) == "CUDA: static, elsewhere: dynamic" and default_words(1) == "CUDA: on, elsewhere: off"
     with pytest.raises(SettingsError, match="compiling needs the static cache"):
         check_execution("dynamic", True)
     with pytest.raises(SettingsError, match="unknown cache"):
@@ -288,12 +304,24 @@ def compiler():
         yield
 
 
-def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama):
-    """Prompt lookup at K = 2: one-token steps and verification blocks of 2 and 3 rows (3 padded to 4)."""
+def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama, monkeypatch):
+    """Prompt lookup at K = 2: one-token steps and verification blocks of 2 and 3 rows (3 padded to 4), compiled
+    for real while the models load (the warm-up cut to those shapes: each takes tens of seconds here), and
+    nothing compiled again by the generations."""
+    from torch._dynamo.utils import counters
+
     target, draft = tiny_llama
     eager = SpeculativeDecoder(load_models(str(target), device="cpu"))
-    compiled = SpeculativeDecoder(load_models(str(target), device="cpu", compile=True))
+    whole_plan = loading.warm_up_plan
+    monkeypatch.setattr(loading, "warm_up_plan", lambda models: [replace(whole_plan(models)[0], buckets=[1, 2, 4])])
+    steps = []
+    compiled = SpeculativeDecoder(load_models(str(target), device="cpu", compile=True,
+                                              progress=lambda fraction, message: steps.append(message)))
     assert compiled.models.execution == Execution("static", compile=True)
+    assert [message for message in steps if message.startswith("compiling")] == [
+        "compiling target: one-token step (1/3)", "compiling target: verify 2 rows (2/3)",
+        "compiling target: verify 4 rows (3/3)"]
+    compiled_at_load = counters["frames"]["ok"]
     for prompt in PROMPTS[:2]:
         settings = DecodeSettings(drafters=("prompt-lookup",), k=2, max_new_tokens=24)
         events = generation(compiled, prompt, settings)
@@ -301,3 +329,4 @@ def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama):
         assert not any(isinstance(e, NoticeEvent) for e in events), compiled.models.execution.compile_failure
         assert events[-1].token_ids == generation(eager, prompt, settings)[-1].token_ids
     assert compiled.target.compiled
+    assert counters["frames"]["ok"] == compiled_at_load  # the load compiled every shape these runs met

@@ -1,13 +1,18 @@
-"""The model dialog's cache and compile choices, the status bar's mode, and the remembered choice."""
+"""The model dialog's cache and compile choices, the status bar's mode, the remembered choice, and a compiling
+load's warm-up steps in the status bar."""
 
 from __future__ import annotations
 
 import json
+import threading
 
+from app.engine import cached_model as cached_model_module
+from app.engine.engine import LocalEngine
 from app.engine.events import ExecutionMode, StartEvent
 from app.settings_store import DEFAULT_REQUEST
 from app.widgets.model_dialog import ModelDialog
 from tests.widgets.fakes import FakeEngine
+from tests.widgets.helpers import RUN_MS
 
 
 def test_the_dialog_offers_the_cache_and_compile_choices(qtbot):
@@ -53,3 +58,36 @@ def test_the_chosen_mode_is_remembered_and_a_bad_one_ignored(make_window, store)
     store.sync()
     other = make_window()
     assert other.model_request == DEFAULT_REQUEST
+
+
+def test_the_warm_up_steps_show_in_the_status_bar_and_a_cancel_stops_between_them(qtbot, make_window, tiny_llama,
+                                                                                  monkeypatch):
+    """A load in this process with compile on: the first compile step is held until the test has seen it in the
+    status bar and cancelled the load; the load then ends at the next step, having compiled nothing more."""
+    gate = threading.Event()
+    compiled_calls = []
+
+    def compile_step(step, device):
+        def compiled(*args, **kwargs):
+            compiled_calls.append(args[0].shape[-1])
+            gate.wait(RUN_MS / 1000)
+            return step(*args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(cached_model_module, "compile_step", compile_step)
+    window = make_window()
+    window.runs.factory = LocalEngine.load
+    target, draft = tiny_llama
+    loader = window.load_models_async(dict(DEFAULT_REQUEST, target=str(target), draft=str(draft), device="cpu",
+                                           compile=True))
+    assert loader is not None
+    loaded, failed = [], []
+    loader.sig_loaded.connect(loaded.append)
+    loader.sig_failed.connect(failed.append)
+    qtbot.waitUntil(lambda: window.status.load_label.text() == "Compiling target: one-token step (1/16)",
+                    timeout=RUN_MS)
+    assert window.status.load_bar.isVisible() and window.status.load_bar.value() == 200  # loading took 20 %
+    with qtbot.waitSignal(loader.finished, timeout=RUN_MS):
+        loader.cancel()
+        gate.set()
+    assert compiled_calls == [1] and not loaded and not failed
