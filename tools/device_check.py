@@ -229,7 +229,8 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
     models = stand_in(key, device=device, dtype=dtype, with_draft=True, is_tiny=tiny)
     build_s = time.perf_counter() - started
     decoder = SpeculativeDecoder(models)
-    fast_models = replace(models, execution=resolve_execution("static", None, models.device))
+    # the fast path: a static cache, compiled with CUDA graphs on CUDA (eager on the CPU, where compiling takes minutes)
+    fast_models = replace(models, execution=resolve_execution("static", models.device.type == "cuda", models.device))
     fast = SpeculativeDecoder(fast_models)
     k = sizes.k
     table = {
