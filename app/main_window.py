@@ -69,6 +69,7 @@ BUNDLED_PLACEHOLDER = ("Python code or a sentence of its documentation, e.g. def
 DEFAULT_PLACEHOLDER = "Type a prompt, then press Ctrl+Enter"
 FIRST_PROMPT = next(r.prompt for r in READY_PROMPTS if r.prompt.startswith("for i in range"))  # code they know
 QUEUED_MESSAGE = "The models are loading (progress in the status bar): your run starts as soon as they are ready."
+LOAD_HOW = "load some with File → Load models… (Ctrl+L)"
 
 
 class MainWindow(QMainWindow):
@@ -238,7 +239,9 @@ class MainWindow(QMainWindow):
         self.runs.sig_race_finished.connect(self._on_race_finished)
         self.runs.sig_loaded.connect(self.set_engine)
         self.runs.sig_load_failed.connect(self._on_load_failed)
+        self.runs.sig_load_cancelled.connect(self._on_load_cancelled)
         self.runs.sig_load_progress.connect(self.status.show_load_progress)
+        self.status.sig_cancel_load.connect(self.cancel_load)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
         self.drafters.sig_changed.connect(self._show_asd_knobs)  # after the settings model pushed them
@@ -302,12 +305,34 @@ class MainWindow(QMainWindow):
         kept = f" Still using {self.summary.target_name}." if self.summary is not None else ""
         self.show_message(f"Could not load the models: {message}{kept}", error=True)
 
+    def cancel_load(self) -> bool:
+        """Cancel the running load (the status bar's Cancel; the dialog cancels the load it watches itself);
+        the models in use stay. False if no load runs."""
+        return self.runs.cancel_load()
+
+    def _on_load_cancelled(self) -> None:
+        """The load was cancelled: keep the models in use, end its progress, drop a run queued for it."""
+        queued, self._queued_run = self._queued_run is not None, None
+        self.status.end_load_progress()
+        if self.summary is not None:
+            text = f"Load cancelled; still using {self.summary.target_name}."
+            if queued:
+                text += " The run you queued was not started: press Generate to run on these models."
+        else:
+            text = f"Load cancelled: no models are loaded; {LOAD_HOW}."
+            if queued:
+                text += " The run you queued was not started."
+        self.show_message(text)
+
     def open_model_dialog(self) -> ModelDialog:
         if self._dialog is not None:
             self._dialog.deleteLater()  # child of the window; one dialog at a time
-        dialog = ModelDialog(self, current=self.model_request)
+        loader = self.runs.loader
+        dialog = ModelDialog(self, current=self.model_request if loader is None else loader.request)
         self._dialog = dialog
         dialog.sig_load_requested.connect(lambda request: self._load_from_dialog(dialog, request))
+        if loader is not None:
+            dialog.watch(loader)  # the load running (the one at start-up, say): its progress, and Cancel
         dialog.show()
         return dialog
 
@@ -316,7 +341,7 @@ class MainWindow(QMainWindow):
             dialog.show_error("Stop the running generation or race before loading other models.")
             return
         if self.load_models_async(request, watch=dialog.watch) is None:
-            dialog.show_error("A load is already running; wait for it to finish.")
+            dialog.show_error("A load is already running: wait for it, or cancel it in the status bar.")
 
     # --- generation ----------------------------------------------------------------------------
     @property

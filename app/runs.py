@@ -1,9 +1,9 @@
 """The window's worker threads: one generation, one race and one model load at a time.
 
 `RunController` starts them, forwards stop / pause / step to the running
-generation, and joins every thread it started: when the thread ends (then it
-reports by a `sig_*` signal) or at `shutdown`. It knows nothing of the widgets;
-the window reacts to its signals.
+generation, cancels a running load, and joins every thread it started: when
+the thread ends (then it reports by a `sig_*` signal) or at `shutdown`. It
+knows nothing of the widgets; the window reacts to its signals.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class RunController(QObject):
     sig_race_finished = Signal()  # the race thread has ended and was joined
     sig_loaded = Signal(object, object)  # (Engine, the request dict it was loaded from); never after shutdown
     sig_load_failed = Signal(str)  # never after shutdown
+    sig_load_cancelled = Signal()  # the running load was cancelled (its thread may still be ending); not at shutdown
     sig_load_progress = Signal(str, int, int)  # (message, done, total); total 0 = busy, size unknown
 
     def __init__(self, factory: EngineFactory, parent=None) -> None:
@@ -48,6 +49,11 @@ class RunController(QObject):
     @property
     def is_loading(self) -> bool:
         return self._loader is not None
+
+    @property
+    def loader(self) -> ModelLoadThread | None:
+        """The running load (whose outcome has not arrived yet), if any."""
+        return self._loader
 
     # --- generation ------------------------------------------------------------------------
     def start_generation(self, engine: Engine, prompt: str, live: LiveSettings, paused: bool,
@@ -123,21 +129,46 @@ class RunController(QObject):
         loader = self._loader = ModelLoadThread(self.factory, request)
         loader.sig_loaded.connect(lambda engine: self._on_loaded(loader, engine, request))
         loader.sig_failed.connect(lambda message: self._on_load_failed(loader, message))
-        loader.sig_progress.connect(self.sig_load_progress)
+        loader.sig_progress.connect(lambda message, done, total: self._on_load_progress(loader, message, done, total))
+        loader.sig_cancelled.connect(lambda: self._on_load_cancelled(loader))
         loader.finished.connect(lambda: self._reap_loader(loader))
         if watch is not None:
             watch(loader)
         loader.start()
         return loader
 
+    def cancel_load(self) -> bool:
+        """Cancel the running load: the models in use stay. False if none is running.
+
+        From now on nothing of that load arrives (no progress, no engine, no failure), and another load
+        may start; its thread ends by itself (an engine process at once, a load in this process at its
+        next step) and is joined then.
+        """
+        if self._loader is None:
+            return False
+        self._loader.cancel()  # -> _on_load_cancelled
+        return True
+
+    def _on_load_progress(self, loader: ModelLoadThread, message: str, done: int, total: int) -> None:
+        if loader is self._loader and not loader.cancelled:  # a step queued before a cancel is not news
+            self.sig_load_progress.emit(message, done, total)
+
+    def _on_load_cancelled(self, loader: ModelLoadThread) -> None:
+        current = loader is self._loader
+        self._release(loader)
+        if current and not self._closing:
+            self.sig_load_cancelled.emit()
+
     def _on_loaded(self, loader: ModelLoadThread, engine: Engine, request: dict) -> None:
         self._release(loader)
-        if not self._closing:
-            self.sig_loaded.emit(engine, dict(request))
+        if loader.cancelled or self._closing:
+            engine.close()  # it finished as the cancel came: nobody will use it
+            return
+        self.sig_loaded.emit(engine, dict(request))
 
     def _on_load_failed(self, loader: ModelLoadThread, message: str) -> None:
         self._release(loader)
-        if not self._closing:
+        if not self._closing and not loader.cancelled:
             self.sig_load_failed.emit(message)
 
     def _release(self, loader: ModelLoadThread) -> None:
@@ -163,8 +194,9 @@ class RunController(QObject):
             self._race.stop_and_join()
             self._on_race_finished()
         self._closing = True  # whatever a load still delivers is discarded
-        if self._loader is not None:
-            self._loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
-            self._reap_loader(self._loader)
+        loader = self._loader
+        if loader is not None:
+            loader.cancel()  # abandons the load at its next step; a model half read cannot be interrupted
+            self._reap_loader(loader)
         for loader in list(self._ending):
             self._reap_loader(loader)

@@ -4,7 +4,8 @@
 `engine.race`) and emits every event object unchanged on `sig_event` (queued
 to the GUI thread), then `sig_finished`. `ModelLoadThread` makes an `Engine`
 off the GUI thread with the factory it is given: an engine process
-(`EngineProcess`, the window's default) or one in this process (`LocalEngine.load`).
+(`EngineProcess`, the window's default) or one in this process (`LocalEngine.load`);
+`cancel()` abandons it (the model dialog's Cancel, the status bar's, closing the window).
 
 The engine's loop has no Qt event loop: stop, pause and single-step go
 through the thread-safe `GenerationControl`, which the decoder checks between
@@ -136,31 +137,45 @@ def _log_failure(error: Exception) -> None:
 
 
 class LoadCancelled(Exception):
-    """Raised from the progress callback to abandon a load at its next step (the window is closing)."""
+    """Raised from the progress callback to abandon a load at its next step (cancelled, or the window is
+    closing)."""
 
 
 class ModelLoadThread(QThread):
     """Makes an `Engine` for a target (+ drafter) off the GUI thread, with the factory it is given.
 
     `sig_progress(message, done, total)`: total 0 means "busy, size unknown".
-    `sig_loaded(engine)` on success, `sig_failed(message)` otherwise; neither after `cancel()`.
-    An engine process ends at once on `cancel`; a load in this process cannot be interrupted inside one
-    model's weights, so there `cancel` takes effect at the next step the loader reports (tokenizer,
-    target, drafter, heads).
+    `sig_loaded(engine)` on success, `sig_failed(message)` otherwise; the thread emits neither after
+    `cancel()`, which emits `sig_cancelled` once, in the thread that calls it. A signal the thread emitted
+    just before the cancel can still be on its way through the event queue: receivers that must not act on
+    a cancelled load check `cancelled` (and close an engine that arrives anyway).
+
+    An engine process ends at once on `cancel`. A load in this process cannot be interrupted inside one
+    model's weights, nor inside one compile, so there `cancel` takes effect at the next step the loader
+    reports: the tokenizer, the target, the drafter, the learned heads and, with compiling on, between two
+    compile warm-up steps ("compiling target: verify 8 rows (4/16)"). An engine finished after the cancel
+    is closed, never delivered.
     """
 
     sig_progress = Signal(str, int, int)
     sig_loaded = Signal(object)  # Engine
     sig_failed = Signal(str)
+    sig_cancelled = Signal()  # cancel() was called (once): no outcome will follow
 
     def __init__(self, factory: EngineFactory, request: dict, parent=None) -> None:
         super().__init__(parent)
         self.factory = factory
         self.request = dict(request)
         self._cancelled = threading.Event()
+        self._cancel_lock = threading.Lock()
 
     def cancel(self) -> None:
-        self._cancelled.set()
+        """Abandon the load (see the class docstring for when it stops); a second call does nothing."""
+        with self._cancel_lock:
+            first = not self._cancelled.is_set()
+            self._cancelled.set()
+        if first:
+            self.sig_cancelled.emit()
 
     @property
     def cancelled(self) -> bool:

@@ -3,7 +3,9 @@
 The dialog does not load anything itself: it emits `sig_load_requested` and
 the window starts a `ModelLoadThread`, which the dialog then watches for
 progress and errors. A failed load leaves the dialog open with the message,
-and the window keeps the models it had.
+and the window keeps the models it had. While a load runs, Cancel (or Escape,
+or closing the dialog) cancels it: the window keeps its models, and the dialog
+becomes editable again with the entries as they were.
 """
 
 from __future__ import annotations
@@ -87,7 +89,13 @@ class ModelDialog(QDialog):
         self.message.setObjectName("loadMessage")
         self.message.setWordWrap(True)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.close_button = self.buttons.button(QDialogButtonBox.StandardButton.Close)
         self.load_button = self.buttons.addButton("Load", QDialogButtonBox.ButtonRole.AcceptRole)
+        # Shown instead of Close while a load runs; like Escape and closing the dialog, it goes through reject().
+        self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.cancel_button.setToolTip("Stop loading these models; the models in use stay (Esc)")
+        self.cancel_button.setAutoDefault(False)  # a second Enter after Load must not cancel the load
+        self.cancel_button.hide()
         self.buttons.accepted.connect(self._request_load)
         self.buttons.rejected.connect(self.reject)
         column = QVBoxLayout(self)
@@ -150,31 +158,65 @@ class ModelDialog(QDialog):
         self.sig_load_requested.emit(request)
 
     def watch(self, thread) -> None:
-        """Show the progress and outcome of the window's load thread."""
+        """Show the progress and outcome of the window's load thread (a `ModelLoadThread`).
+
+        Only the thread watched now counts, and only until it is cancelled: a signal it sent just before a
+        cancel, or one of a thread watched before, changes nothing here."""
         self._thread = thread
         self._set_busy(True)
+        self.progress.setRange(0, 0)  # busy until its next step says how far it is
         self.message.setText("Loading…")
+        # Bound methods (not lambdas): Qt disconnects them when this dialog is deleted, its load still running.
         thread.sig_progress.connect(self._on_progress)
         thread.sig_failed.connect(self._on_failed)
         thread.sig_loaded.connect(self._on_loaded)
+        thread.sig_cancelled.connect(self._on_cancelled)
         thread.finished.connect(self._forget_thread)
 
+    def _watching(self) -> bool:
+        """The signal being handled comes from the load watched now, which has not been cancelled."""
+        thread = self.sender()
+        return thread is not None and thread is self._thread and not self._thread.cancelled
+
     def _forget_thread(self) -> None:
-        self._thread = None  # the window deletes the thread object once it has ended
+        if self.sender() is self._thread:
+            self._thread = None  # the window deletes the thread object once it has ended
 
     def _on_progress(self, message: str, done: int, total: int) -> None:
+        if not self._watching():
+            return
         self.progress.setRange(0, max(total, 0))
         self.progress.setValue(done)
         self.message.setText(message)
 
     def _on_failed(self, message: str) -> None:
+        if not self._watching():
+            return
+        self._thread = None  # its outcome is in; the thread may take a moment longer to end
         self._set_busy(False)
         self.show_error(message)
 
-    def _on_loaded(self, *_args) -> None:
+    def _on_loaded(self, *_engine) -> None:
+        if not self._watching():
+            return
+        self._thread = None
         self._set_busy(False)
         self.message.setText("Loaded.")
         self.accept()
+
+    def _on_cancelled(self) -> None:
+        """The load was cancelled (here, in the status bar, or as the window closes): editable again."""
+        if self.sender() is not self._thread or self._thread is None:
+            return
+        self._thread = None
+        self._set_busy(False)
+        self.message.setText("Load cancelled. Change the choice and load again, or close.")
+        self.load_button.setFocus()
+
+    def cancel_load(self) -> None:
+        """Cancel the load this dialog watches; nothing when none runs."""
+        if self._thread is not None:
+            self._thread.cancel()  # -> sig_cancelled: this dialog, the window's runs and the window react
 
     def show_error(self, message: str) -> None:
         self.message.setStyleSheet("color: #c0392b;")
@@ -185,16 +227,25 @@ class ModelDialog(QDialog):
         if busy:
             self.message.setStyleSheet("")
         for widget in (self.preset, self.target, self.draft, self.device, self.dtype, self.cache, self.compile,
-                       self.buttons):
+                       self.load_button):
             widget.setEnabled(not busy)
+        self.close_button.setVisible(not busy)
+        self.cancel_button.setVisible(busy)
+        if busy:
+            self.cancel_button.setFocus()  # Load, which had it, is disabled now
 
     @property
     def loading(self) -> bool:
-        return self._thread is not None and self._thread.isRunning()
+        """A load runs whose outcome has not reached this dialog yet."""
+        return self._thread is not None
 
     def reject(self) -> None:
-        if not self.loading:  # a running load cannot be interrupted; the window joins it on exit
-            super().reject()
+        """Escape, Close, Cancel and the title bar's close: while a load runs they cancel it and the dialog stays
+        (editable again); otherwise the dialog closes."""
+        if self.loading:
+            self.cancel_load()
+            return
+        super().reject()
 
 
 def _combo(values) -> QComboBox:

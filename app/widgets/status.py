@@ -1,4 +1,5 @@
-"""Status bar: what is loaded (device, dtype, models) and how the run goes (tokens/s, alpha, passes).
+"""Status bar: what is loaded (device, dtype, models), how a load goes (its step, a bar, Cancel) and how the
+run goes (tokens/s, alpha, passes).
 
 alpha = accepted / (accepted + passes that ended in a rejection) and the acceptance rate = accepted /
 drafted are the engine's (app/engine/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
@@ -6,9 +7,11 @@ drafted are the engine's (app/engine/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
 
 from app.engine.engine import ModelsSummary
 from app.engine.events import ExecutionMode
@@ -19,7 +22,13 @@ EXECUTION_TIP = ("How the models run: a dynamic KV cache grows and is cropped; a
                  "(CUDA graphs on a GPU). Chosen when loading (File → Load models…, --cache, --compile).")
 
 
+# A step count in a progress message ("(4/16)", "3/14,"): never a model's folder, whatever the disk holds.
+STEP_COUNT = re.compile(r"\(?\d+/\d+\)?[,.:;]?")
+
+
 class RunStatusBar(QStatusBar):
+    sig_cancel_load = Signal()  # the load progress's Cancel was clicked
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.models_label = QLabel("no models")
@@ -35,8 +44,13 @@ class RunStatusBar(QStatusBar):
         self.load_bar.setObjectName("loadProgress")
         self.load_bar.setFixedWidth(160)
         self.load_bar.setMaximumHeight(16)
-        for widget in (self.load_label, self.load_bar, self.models_label, self.device_label, self.speed_label,
-                       self.alpha_label, self.passes_label):
+        self.cancel_load_button = QToolButton()
+        self.cancel_load_button.setObjectName("cancelLoad")
+        self.cancel_load_button.setText("Cancel")
+        self.cancel_load_button.setToolTip("Stop loading these models; the models in use stay")
+        self.cancel_load_button.clicked.connect(self.sig_cancel_load)
+        for widget in (self.load_label, self.load_bar, self.cancel_load_button, self.models_label, self.device_label,
+                       self.speed_label, self.alpha_label, self.passes_label):
             self.addPermanentWidget(widget)
         self.end_load_progress()
 
@@ -46,12 +60,12 @@ class RunStatusBar(QStatusBar):
         self.load_label.setToolTip(message)
         self.load_bar.setRange(0, max(total, 0))
         self.load_bar.setValue(done)
-        self.load_label.show()
-        self.load_bar.show()
+        for widget in (self.load_label, self.load_bar, self.cancel_load_button):
+            widget.show()
 
     def end_load_progress(self) -> None:
-        self.load_label.hide()
-        self.load_bar.hide()
+        for widget in (self.load_label, self.load_bar, self.cancel_load_button):
+            widget.hide()
 
     def show_models(self, models: ModelsSummary | None) -> None:
         if models is None:
@@ -91,9 +105,12 @@ def short_model_name(name: str) -> str:
 
 
 def _load_step(message: str) -> str:
-    """'loading /long/path/demo/target' -> 'Loading demo/target': the step, short enough for the status bar."""
+    """'loading /long/path/demo/target' -> 'Loading demo/target': the step, short enough for the status bar.
+
+    Only a last word that can name a model is shortened; a step count ('compiling target: verify 8 rows
+    (4/16)') stays as it is without looking at the disk."""
     head, _, last = message.rpartition(" ")
-    if head and "/" in last:
+    if head and "/" in last and not STEP_COUNT.fullmatch(last):
         message = f"{head} {short_model_name(last)}"
     return message[:1].upper() + message[1:]
 
