@@ -46,6 +46,34 @@ def save_frontier_png(data: dict, path: str | Path, width: int = 1100, height: i
     widget.close()
 
 
+class _Labels:
+    """Which frontier points get a B/g/M label: none closer than a label's size to one already placed.
+
+    Frontier points of several drafters bunch up (the same fast corner), and their labels would print over
+    each other; a point left unlabelled still shows as a point on its drafter's line."""
+
+    WIDTH, HEIGHT = 0.14, 0.05  # a label's extent as shares of the x and y ranges of the points
+
+    def __init__(self, points: list[dict]) -> None:
+        xs = [p["relative_tokens_per_s"] for p in points]
+        ys = [p["log_prob_delta"] for p in points if p["log_prob_delta"] is not None]
+        self.right_edge = max(xs) - self.WIDTH * (max(xs) - min(xs)) if xs else 0.0
+        self.dx = self.WIDTH * ((max(xs) - min(xs)) if xs else 1.0) or 1.0
+        self.dy = self.HEIGHT * ((max(ys) - min(ys)) if ys else 1.0) or 1.0
+        self.placed: list[tuple[float, float]] = []
+
+    def claim(self, point: dict) -> bool:
+        x, y = point["relative_tokens_per_s"], point["log_prob_delta"]
+        if any(abs(x - px) < self.dx and abs(y - py) < self.dy for px, py in self.placed):
+            return False
+        self.placed.append((x, y))
+        return True
+
+    def anchor(self, point: dict) -> tuple[int, int]:
+        """Above and to the right of the point; to the left near the right edge, where it would be cut off."""
+        return (1, 1) if point["relative_tokens_per_s"] > self.right_edge else (0, 1)
+
+
 def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
     """Draw the sweep `data` into the pyqtgraph PlotItem `plot` (axes, points, frontiers, defaults, legend).
 
@@ -63,6 +91,7 @@ def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
     plot.showGrid(x=True, y=True, alpha=0.25)
     legend = plot.legend or plot.addLegend(offset=(10, -10))  # bottom left, below the fast, faithful corner
     points = data["points"]
+    labelled = _Labels(points)
     all_defaults = []
     for drafter in dict.fromkeys(p["drafter"] for p in points):
         colour = COLOURS.get(drafter, OTHER)
@@ -76,9 +105,9 @@ def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
             line = sorted([(1.0, 0.0), *line])
         plot.plot([x for x, _ in line], [y for _, y in line], pen=pg.mkPen(colour, width=2), symbol="o",
                   symbolSize=8, symbolBrush=pg.mkBrush(*colour), symbolPen=None, name=f"{drafter} frontier")
-        for p in front:
+        for p in filter(labelled.claim, front):
             label = pg.TextItem(f"B={p['budget_text']} g={p['gate']:g} M={p['cap']}", color=colour,
-                                anchor=(0, 1))
+                                anchor=labelled.anchor(p))
             label.setFont(QFont("", label_points))
             label.setPos(p["relative_tokens_per_s"], p["log_prob_delta"])
             plot.addItem(label)
