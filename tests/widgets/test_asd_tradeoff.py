@@ -73,3 +73,20 @@ def test_an_asd_run_is_described_not_placed_on_the_speed_axis(qtbot):
                              passes_saved=2.0), tokens=60, passes=20)
     assert "7 of 60 tokens" in view.run_line.text() and "regret spent 2.5 of B = 8" in view.run_line.text()
     assert "not placed on the x axis" in view.caption.text()
+
+
+def test_frontier_labels_never_print_over_each_other_and_stay_inside_the_plot(qtbot):
+    view = _view(qtbot)
+    assert view.load()
+    labels = [item for item in view.plot.items if isinstance(item, pg.TextItem)]
+    data = json.loads(DEFAULT_SWEEP.read_text())
+    frontier = [p for p in data["points"] if p["frontier"]]
+    assert 0 < len(labels) <= len(frontier)
+    xs = [p["relative_tokens_per_s"] for p in data["points"]]
+    ys = [p["log_prob_delta"] for p in data["points"]]
+    width, height = 0.14 * (max(xs) - min(xs)), 0.05 * (max(ys) - min(ys))
+    spots = [(label.pos().x(), label.pos().y()) for label in labels]
+    for i, (x, y) in enumerate(spots):
+        assert all(abs(x - u) >= width or abs(y - v) >= height for u, v in spots[:i])
+    rightmost = max(labels, key=lambda label: label.pos().x())
+    assert rightmost.anchor.x() == 1  # written to the left of the fastest point, not past the edge
