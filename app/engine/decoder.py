@@ -8,6 +8,12 @@ logits (K'+1, V), accepts a prefix of length `a` by the verification rule
 token, and crops the target cache back to N + a'. `pass_events.py` turns the
 block into the pass's event.
 
+A chain pass waits for the device once: everything the rule and the event need
+from the verification forward is gathered there and read back in one transfer
+(`_read_block`), and the drafts reach the device before that forward is queued
+(a copy to the device waits for the work queued before it). A tree pass also
+waits inside its rule (tree.py), which walks the tree on the host.
+
 Settings are read once per pass from a `LiveSettings` holder, and the stop,
 pause and step requests of a `GenerationControl` are honoured between passes.
 """
@@ -45,24 +51,30 @@ from app.engine.pass_events import (
     PassClock,
     VerifiedBlock,
     appended_token,
+    block_reads,
     drafted_tokens,
+    inspection,
+    main_line,
     pass_detail,
     token_texts,
     tree_block,
     tree_nodes,
+    tree_reads,
 )
 from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 from app.engine.stats import GenerationStats
 from app.engine.tree import TreeDraft, row_of, verification_parents, verify_tree_greedy, verify_tree_sampling
 from app.engine.verify import (
+    Ruling,
     Verdict,
     asd_charge,
     asd_reused,
+    asd_ruling,
     asd_saved,
-    verify_asd,
-    verify_greedy,
-    verify_sampling,
+    fetch,
+    greedy_ruling,
+    sampling_ruling,
 )
 
 Proposal = TypeVar("Proposal", Draft, TreeDraft)
@@ -233,12 +245,16 @@ class SpeculativeDecoder:
             return self._tree_pass(req, settings, k, min(settings.tree, room), sampler, clock)
         draft, drafter_name = self._draft(req, settings, k, sampler)  # x (K',), q (K', V) | None
         clock.mark_drafted()
-        fed = torch.cat([req.ids, draft.tokens])
-        logits = self.target.advance_to(fed, last=len(draft) + 1)[-(len(draft) + 1):]  # (K'+1, V)
-        logits = sampler.process(logits, [draft.tokens[:i] for i in range(len(draft) + 1)])  # repetition (§4.5)
+        x = draft.tokens.to(self.models.device)  # (K',) copied before the forward is queued, not after it
+        fed = torch.cat([req.ids, draft.tokens]) if len(draft) else req.ids
+        logits = self.target.advance_to(fed, last=len(draft) + 1)
+        if logits.shape[0] != len(draft) + 1:
+            logits = logits[-(len(draft) + 1):]  # (K'+1, V)
+        if sampler.repetition.active:  # each row for its own context (§4.5)
+            logits = sampler.process(logits, [x[:i] for i in range(len(draft) + 1)])
         clock.mark_verified()
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
-        block = VerifiedBlock(draft.tokens, draft.q, p, self._verify(req, settings, draft, logits, p))
+        block = self._read_block(draft, x, p, self._verify(req, settings, x, draft.q, logits, p))
         commit, reason = self._clip(req, settings, block)
         self.target.crop(req.ids.numel() + commit.kept)
         asd = self._charge_ledger(req, settings, block.verdict, commit.kept)
@@ -261,10 +277,12 @@ class SpeculativeDecoder:
         p = sampler.probs(logits)  # (n+1, V)
         verdict = verify_tree_greedy(tree, logits) if sampler.is_greedy else \
             verify_tree_sampling(tree, p, req.generator)
-        block = tree_block(tree, verdict, p)
+        line = main_line(tree, verdict)
+        host = fetch(tree_reads(tree, verdict, p, line))  # the event's numbers, in one transfer
+        block = tree_block(tree, verdict, line, host)
         commit, reason = self._clip(req, settings, block)
         self.target.keep_path([0] + [row_of(node) for node in verdict.path[: commit.kept]])
-        nodes = tree_nodes(req.detok, tree, verdict, p, commit.kept) if len(tree) else None
+        nodes = tree_nodes(req.detok, tree, verdict, host, commit.kept) if len(tree) else None
         event = self._pass_event(req, settings, block, commit, None, clock, drafter_name, depth, nodes,
                                  verdict.path[: commit.kept] if nodes else None)
         return self._commit(req, settings, event, len(block.drafts), verdict.n_accepted, reason)
@@ -410,16 +428,22 @@ class SpeculativeDecoder:
         req.notices.append(NoticeEvent("warning", f"drafter {name} failed and is skipped for this generation "
                                                   f"({detail})"))
 
-    def _verify(self, req: _Request, settings: DecodeSettings, draft: Draft, logits: torch.Tensor,
-                p: torch.Tensor) -> Verdict:
-        x = draft.tokens.to(self.models.device)  # (K',)
+    def _verify(self, req: _Request, settings: DecodeSettings, x: torch.Tensor, q: torch.Tensor | None,
+                logits: torch.Tensor, p: torch.Tensor) -> Ruling:
+        """The rule's device work for drafts x (K',) on the device; nothing is read back yet."""
         if settings.verify == "sample":
             u = torch.rand(x.numel(), generator=req.generator, device=logits.device)  # (K',)
-            return verify_sampling(x, p, draft.q, u, req.generator)
+            return sampling_ruling(x, p, q, u, req.generator)
         if settings.verify == "asd":
             asd = settings.asd
-            return verify_asd(x, logits, asd.budget - req.spent, asd.gate, asd.cap)
-        return verify_greedy(x, logits)
+            return asd_ruling(x, logits, asd.budget - req.spent, asd.gate, asd.cap)
+        return greedy_ruling(x, logits)
+
+    def _read_block(self, draft: Draft, x: torch.Tensor, p: torch.Tensor, ruling: Ruling) -> VerifiedBlock:
+        """The pass's one read: what the rule still needs and what the event shows, in one transfer."""
+        host = fetch(ruling.reads | block_reads(x, p, draft.q, ruling.candidates, ruling.rejection))
+        verdict = ruling.finish(host)
+        return VerifiedBlock(draft.tokens, verdict, inspection(host, verdict.residual is not None))
 
     def _clip(self, req: _Request, settings: DecodeSettings, block: VerifiedBlock) -> tuple[Commit, EndReason | None]:
         """Keep the accepted drafts up to EOS and the token limit; append the target's token unless that ended it."""

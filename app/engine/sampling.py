@@ -113,6 +113,8 @@ class TokenSampler:
         self.generator = generator
         self.repetition = repetition or RepetitionSettings()
         self.context = torch.empty(0, dtype=torch.long) if context is None else context
+        if self.repetition.active:  # copied to the device now, before any forward of the pass is queued
+            self.context = self.context.to(generator.device)
 
     @property
     def is_greedy(self) -> bool:
@@ -138,7 +140,7 @@ class TokenSampler:
         The repetition controls for each row's context; the same tensor when they are off.
         """
         if self.repetition.active:
-            self.context = self.context.to(logits.device)  # copied to the device once per pass
+            self.context = self.context.to(logits.device)  # there already unless the logits live elsewhere
         return process_rows(logits, self.context, continuations, self.repetition)
 
     def draw(self, logits: Tensor, drafted: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor]:

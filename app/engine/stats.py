@@ -23,8 +23,8 @@ run took; only the race measures a real plain run.
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -243,6 +243,7 @@ class GenerationStats:
     _draft_ms: float = 0.0
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
+    _sorted_forward_ms: list[float] = field(default_factory=list)  # forward_ms in order, for its median per pass
 
     def add(self, event: PassEvent) -> None:
         self.add_pass(event.drafted, len(event.committed_ids), event.timing, event.tree)
@@ -272,11 +273,13 @@ class GenerationStats:
             self._drafting_passes += 1
             self._drafting_verify_ms += timing.verify_ms
         else:
-            self.forward_ms.append(timing.verify_ms)  # a plain step: one target forward of one token
+            self.add_forward(timing.verify_ms)  # a plain step: one target forward of one token
 
     def add_forward(self, ms: float) -> None:
         """A timed one-token target forward outside any pass (a sample of t_T)."""
         self.forward_ms.append(ms)
+        if len(self._sorted_forward_ms) == len(self.forward_ms) - 1:
+            bisect.insort(self._sorted_forward_ms, ms)
 
     @property
     def alpha(self) -> float | None:
@@ -308,8 +311,13 @@ class GenerationStats:
 
     @property
     def target_forward_ms(self) -> float | None:
-        """t_T: the median one-token target forward."""
-        return statistics.median(self.forward_ms) if self.forward_ms else None
+        """t_T: the median one-token target forward (kept sorted as it grows: a plain run adds one every pass)."""
+        if len(self._sorted_forward_ms) != len(self.forward_ms):  # forward_ms was changed directly
+            self._sorted_forward_ms = sorted(self.forward_ms)
+        ordered, n = self._sorted_forward_ms, len(self._sorted_forward_ms)
+        if not n:
+            return None
+        return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
     @property
     def c(self) -> float | None:

@@ -18,12 +18,20 @@ with (for the pass inspector); the fields of the other rules are None.
 - ASD:     greedy, but a mismatch may be accepted when its regret is gated,
            capped and affordable within the request budget (see `verify_asd`).
 
-All rules are vectorised over K (no Python loop); a prefix length is
+The device work is vectorised over K (no Python loop); a prefix length there is
 `cumprod(ok).sum()`. `argmax` is torch's, which returns the first maximum.
+
+A rule runs in two steps, so that a pass waits for the device once: `*_ruling` queues
+the device work (nothing is read back; the sampling rule even draws its token there)
+and names the tensors the host needs; the pass reads them with `fetch`, together with
+what its event shows, in one transfer; `Ruling.finish` decides the rest on the host
+(the greedy prefix, ASD's float64 ledger) and returns the `Verdict`. `verify_*` do both
+steps for a caller that wants the verdict at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +44,8 @@ from app.engine.exact import to_host_float64
 class Verdict:
     """What every rule decides for one block, and the per-position numbers it decided with.
 
-    Rule-specific fields are None under the other rules.
+    Rule-specific fields are None under the other rules. Every tensor is on the host except `residual`,
+    which stays where it was computed (the pass reads only the inspector's entries of it).
     """
 
     n_accepted: int  # a in 0..K
@@ -53,15 +62,97 @@ class Verdict:
         return self.mismatch is not None and i < self.n_accepted and bool(self.mismatch[i])
 
 
+@dataclass(frozen=True, eq=False)
+class Rejection:
+    """Where the sampling rule drew its correction: the row of the first rejection (row K-1 when every draft
+    was accepted, then unused), the token drawn and the residual it was drawn from, all on the device."""
+
+    row: Tensor  # (1,) long: min(a, K-1)
+    token: Tensor  # (1,) long: the appended token
+    residual: Tensor  # (V,) float32: norm(max(0, p_row - q_row))
+
+
+@dataclass(frozen=True, eq=False)
+class Ruling:
+    """A rule's decision as far as the device takes it: what the host must read, and how it finishes.
+
+    `candidates` (K+1,) long on the device holds, for each row i, the token the pass appends when it stops
+    at row i (the inspector reads its p without waiting for a); only row a counts.
+    """
+
+    reads: dict[str, Tensor]  # device tensors `finish` needs, by name
+    finish: Callable[[Mapping[str, Tensor]], Verdict]  # their host copies -> the verdict
+    candidates: Tensor
+    rejection: Rejection | None = None  # sample with K > 0 only
+
+
+def settle(ruling: Ruling) -> Verdict:
+    """The verdict of a ruling, read back on its own (the pass reads it together with its event's numbers)."""
+    return ruling.finish(fetch(ruling.reads))
+
+
+# ---------------------------------------------------------------- reading back
+
+
+def fetch(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """`tensors` on the host, in one transfer: a pass's one wait for the device.
+
+    Tensors already on the CPU come back as they are; the others travel together (see `read_packed`).
+    """
+    remote = {name: t for name, t in tensors.items() if t.device.type != "cpu"}
+    if not remote:
+        return dict(tensors)
+    copied = read_packed(remote)
+    return {name: copied.get(name, t) for name, t in tensors.items()}
+
+
+def read_packed(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Copy `tensors` to the host as one int32 buffer: one device-to-host copy instead of one per tensor.
+
+    Floating tensors travel as the bits of their float32 values (exact for float16 and bfloat16; nothing
+    on a device is float64) and come back float32; integers and booleans travel as int32 (token ids,
+    counts and flags all fit) and come back int64 and bool. Shapes are kept.
+    """
+    words = torch.cat([_as_words(t) for t in tensors.values()]).cpu()  # (sum of numels,) int32
+    host, offset = {}, 0
+    for name, t in tensors.items():
+        piece = words[offset: offset + t.numel()]
+        offset += t.numel()
+        if t.is_floating_point():
+            piece = piece.view(torch.float32)
+        else:
+            piece = piece.bool() if t.dtype == torch.bool else piece.long()
+        host[name] = piece.reshape(t.shape)
+    return host
+
+
+def _as_words(t: Tensor) -> Tensor:
+    flat = t.reshape(-1)
+    if t.is_floating_point():
+        return flat.float().contiguous().view(torch.int32)
+    return flat.to(torch.int32)
+
+
 # ---------------------------------------------------------------- helpers
 
 
 def _prefix_length(ok: Tensor) -> int:
-    """Length of the leading run of True in a (K,) bool tensor.
+    """Length of the leading run of True in a (K,) bool tensor on the host."""
+    return int(_prefix_length_on_device(ok))
+
+
+def _prefix_length_on_device(ok: Tensor) -> Tensor:
+    """Length of the leading run of True in a (K,) bool tensor, as a () long tensor where `ok` lives.
 
     The scan runs in float32 (0/1 products are exact): MPS before macOS 13.3 has no int64 cumsum / cumprod.
     """
-    return int(ok.float().cumprod(dim=0).sum())
+    return ok.float().cumprod(dim=0).sum().long()
+
+
+def _leading_matches(drafts: list[int], targets: list[int]) -> int:
+    """How many drafts equal the target's token at their row, counted from the first; targets has a row more."""
+    return next((i for i, (x, y) in enumerate(zip(drafts, targets[: len(drafts)], strict=True)) if x != y),
+                len(drafts))
 
 
 def _check_block(draft_ids: Tensor, rows: Tensor, extra_rows: int, name: str) -> int:
@@ -82,10 +173,20 @@ def _at(rows: Tensor, ids: Tensor) -> Tensor:
 
 def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> Verdict:
     """Strict greedy verification (§3): output identical to greedy decoding."""
-    k = _check_block(draft_ids, target_logits, 1, "target_logits")
+    return settle(greedy_ruling(draft_ids, target_logits))
+
+
+def greedy_ruling(draft_ids: Tensor, target_logits: Tensor) -> Ruling:
+    """§3 on the device: the target's argmax per row; the host counts the leading matches."""
+    _check_block(draft_ids, target_logits, 1, "target_logits")
     y = target_logits.argmax(dim=-1)  # (K+1,)
-    a = _prefix_length(draft_ids.long() == y[:k])
-    return Verdict(n_accepted=a, next_token=int(y[a]), target_ids=y)
+
+    def finish(host: Mapping[str, Tensor]) -> Verdict:
+        targets = host["target_ids"].tolist()  # (K+1,)
+        a = _leading_matches(host["drafts"].tolist(), targets)
+        return Verdict(n_accepted=a, next_token=targets[a], target_ids=host["target_ids"])
+
+    return Ruling({"target_ids": y, "drafts": draft_ids}, finish, candidates=y)
 
 
 # ---------------------------------------------------------------- sampling
@@ -107,18 +208,19 @@ def acceptance_probs(draft_ids: Tensor, p: Tensor, q: Tensor | None) -> Tensor:
     return torch.where(p_x > 0, ratio.clamp(max=1.0), 0.0)
 
 
-def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int) -> Tensor:
-    """norm(max(0, p - q)) over (V,); p with x zeroed for one-hot q; p itself if that is all 0."""
+def residual_probs(p_row: Tensor, q_row: Tensor | None, x: int | Tensor) -> Tensor:
+    """norm(max(0, p - q)) over (V,); p with x zeroed for one-hot q; p itself if that is all 0.
+
+    `x` may be a (1,) long tensor on p's device: nothing is read back.
+    """
     p_row = p_row.float()  # (V,)
     if q_row is None:
-        r = p_row.clone()
-        r[x] = 0.0
+        x = torch.as_tensor(x, device=p_row.device).reshape(1)  # (1,)
+        r = p_row.scatter(0, x, 0.0)
     else:
         r = (p_row - q_row.float()).clamp(min=0.0)  # (V,)
     total = r.sum()
-    if total <= 0:
-        return p_row / p_row.sum()
-    return r / total
+    return torch.where(total > 0, r / total, p_row / p_row.sum())  # the fallback without a branch on the host
 
 
 def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
@@ -129,21 +231,39 @@ def verify_sampling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor,
     u (K,) uniform draws. The committed tokens are distributed exactly as
     sampling from the target alone. `generator` must be on p's device.
     """
+    return settle(sampling_ruling(draft_ids, p, q, u, generator))
+
+
+def sampling_ruling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor, generator: torch.Generator) -> Ruling:
+    """§4.2 on the device, the draw included: the correction comes from the residual of row min(a, K-1),
+    the bonus from p_K, chosen by `where` on the device's a, so nothing waits for the host."""
     k = _check_block(draft_ids, p, 1, "p")
     if q is not None and tuple(q.shape) != (k, p.shape[1]):
         raise ValueError(f"q must be (K, V) = {(k, p.shape[1])}; got {tuple(q.shape)}")
     if tuple(u.shape) != (k,):
         raise ValueError(f"u must be (K,) = ({k},); got {tuple(u.shape)}")
-    accept_prob = acceptance_probs(draft_ids, p, q)  # (K,)
-    a = _prefix_length((u <= accept_prob) & (accept_prob > 0))
-    if a == k:
-        residual, dist = None, p[k].float()  # bonus from p_K
-    else:
-        residual = residual_probs(p[a], None if q is None else q[a], int(draft_ids[a]))
-        dist = residual
-    next_token = int(torch.multinomial(dist, 1, generator=generator))
-    return Verdict(n_accepted=a, next_token=next_token, target_ids=p.argmax(dim=-1), accept_prob=accept_prob, u=u,
-                   residual=residual)
+    x = draft_ids.long().to(p.device)  # (K,)
+    accept_prob = acceptance_probs(x, p, q)  # (K,)
+    a = _prefix_length_on_device((u <= accept_prob) & (accept_prob > 0))  # ()
+    dist = p[k].float()  # (V,) bonus from p_K
+    row = residual = None
+    if k:
+        row = a.clamp(max=k - 1).reshape(1)  # (1,) the first rejected row when there is one
+        residual = residual_probs(p.index_select(0, row)[0], None if q is None else q.index_select(0, row)[0],
+                                  x.index_select(0, row))  # (V,)
+        dist = torch.where(a == k, dist, residual)
+    next_token = torch.multinomial(dist, 1, generator=generator)  # (1,)
+    target_ids = p.argmax(dim=-1)  # (K+1,)
+    rejection = None if row is None or residual is None else Rejection(row, next_token, residual)
+
+    def finish(host: Mapping[str, Tensor]) -> Verdict:
+        n = int(host["n_accepted"])
+        return Verdict(n_accepted=n, next_token=int(host["next_token"][0]), target_ids=host["target_ids"],
+                       accept_prob=host["accept_prob"], u=host["u"],
+                       residual=rejection.residual if rejection is not None and n < k else None)
+
+    reads = {"n_accepted": a, "next_token": next_token, "target_ids": target_ids, "accept_prob": accept_prob, "u": u}
+    return Ruling(reads, finish, candidates=target_ids.scatter(0, a.reshape(1), next_token), rejection=rejection)
 
 
 # ---------------------------------------------------------------- ASD
@@ -167,25 +287,34 @@ def verify_asd(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate:
     tie, so that B = 0, g = 0 and M = 0 each reproduce `verify_greedy`
     exactly. Charge the ledger with `asd_charge` after clipping a.
     """
+    return settle(asd_ruling(draft_ids, target_logits, remaining, gate, cap))
+
+
+def asd_ruling(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate: float, cap: int) -> Ruling:
+    """§5 in two steps: the device gathers y and the two logits per row; the host decides in float64."""
     k = _check_block(draft_ids, target_logits, 1, "target_logits")
     z = target_logits  # (K+1, V) on the device, in the logits' own dtype
     y = z.argmax(dim=-1)  # (K+1,) first maximum; widening to float64 keeps every value, hence the same argmax
     x = draft_ids.long().to(z.device)  # (K,)
     top_and_draft = torch.stack([_at(z[:k], y[:k]), _at(z[:k], x)], dim=1)  # (K, 2): top_i, z_i[x_i]
-    top, z_x = to_host_float64(top_and_draft).unbind(dim=1)  # (K,), (K,) float64 on the host, exact
-    y = y.cpu()  # (K+1,)
-    regret = (top - z_x).clamp(min=0.0)  # (K,)
-    mismatch = x.cpu() != y[:k]  # (K,)
-    value = to_host_float64(torch.arange(k, 0, -1))  # (K,) = K, K-1, .., 1
-    charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
-    spent = charged.cumsum(dim=0)  # (K,) C_i
-    spent_before = torch.cat([spent.new_zeros(1), spent[:-1]])  # (K,) C_{i-1}
-    gated = (regret / value <= gate) if gate > 0 else torch.zeros_like(mismatch)
-    capped = mismatch.long().cumsum(dim=0) <= cap
-    affordable = (spent_before < remaining) & (spent <= remaining)
-    ok = ~mismatch | (gated & capped & affordable)  # (K,)
-    a = _prefix_length(ok)
-    return Verdict(n_accepted=a, next_token=int(y[a]), target_ids=y, regret=regret, mismatch=mismatch)
+
+    def finish(host: Mapping[str, Tensor]) -> Verdict:
+        top, z_x = to_host_float64(host["top_and_draft"]).unbind(dim=1)  # (K,), (K,) float64 on the host, exact
+        targets = host["target_ids"]  # (K+1,)
+        regret = (top - z_x).clamp(min=0.0)  # (K,)
+        mismatch = host["drafts"] != targets[:k]  # (K,)
+        value = to_host_float64(torch.arange(k, 0, -1))  # (K,) = K, K-1, .., 1
+        charged = torch.where(mismatch, regret, torch.zeros_like(regret))  # (K,)
+        spent = charged.cumsum(dim=0)  # (K,) C_i
+        spent_before = torch.cat([spent.new_zeros(1), spent[:-1]])  # (K,) C_{i-1}
+        gated = (regret / value <= gate) if gate > 0 else torch.zeros_like(mismatch)
+        capped = mismatch.long().cumsum(dim=0) <= cap
+        affordable = (spent_before < remaining) & (spent <= remaining)
+        ok = ~mismatch | (gated & capped & affordable)  # (K,)
+        a = _prefix_length(ok)
+        return Verdict(n_accepted=a, next_token=int(targets[a]), target_ids=targets, regret=regret, mismatch=mismatch)
+
+    return Ruling({"target_ids": y, "top_and_draft": top_and_draft, "drafts": x}, finish, candidates=y)
 
 
 def asd_charge(verdict: Verdict, n_committed: int) -> float:

@@ -92,3 +92,19 @@ def test_c_uses_a_one_token_forward_not_the_verify_forward():
     assert stats.c == pytest.approx((4.0 / 2) / 4.0)
     assert stats.verify_cost == pytest.approx(9.0 / 4.0)
     assert stats.estimated_speedup == pytest.approx(3 * 4.0 / 17.5)
+
+
+def test_the_median_forward_follows_every_way_the_samples_grow():
+    import statistics
+
+    stats = GenerationStats()
+    rng = random.Random(4)
+    for i in range(41):
+        if i % 3:
+            stats.add_pass((), 1, Timing(draft_ms=0.0, verify_ms=rng.uniform(1, 9), total_ms=10.0))  # a plain step
+        else:
+            stats.add_forward(rng.uniform(1, 9))
+        assert stats.target_forward_ms == statistics.median(stats.forward_ms)
+    stats.forward_ms.append(0.5)  # changed directly, as a caller may
+    assert stats.target_forward_ms == statistics.median(stats.forward_ms)
+    assert GenerationStats().target_forward_ms is None

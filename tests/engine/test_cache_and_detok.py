@@ -64,3 +64,65 @@ def test_split_multibyte_character_waits_for_its_last_byte(tiny_llama):
     assert stream.commit(byte_tokens[:2]) == ["", ""]
     assert stream.peek(byte_tokens[2:]) == ["", "🙂"]
     assert stream.commit(byte_tokens[2:]) == ["", "🙂"]
+
+
+def counting_decodes(stream: StreamDetokenizer) -> list[int]:
+    """Route the stream's decodes through a counter: one entry per call, the number of sequences decoded."""
+    calls: list[int] = []
+    decode = stream._decode_all  # noqa: SLF001 - the one call a pass's texts are decoded in
+
+    def counted(sequences):
+        calls.append(len(sequences))
+        return decode(sequences)
+    stream._decode_all = counted  # noqa: SLF001
+    return calls
+
+
+def test_a_pass_decodes_once_its_committed_tokens_and_rejected_drafts(tiny_llama):
+    tokenizer = load_models(str(tiny_llama[0])).tokenizer
+    ids = tokenizer("The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun.").input_ids
+    stream, twin = StreamDetokenizer(tokenizer, ids[:3]), StreamDetokenizer(tokenizer, ids[:3])
+    calls = counting_decodes(stream)
+    rng = random.Random(2)
+    rest, passes = ids[3:], 0
+    while rest:
+        n = rng.randint(1, min(4, len(rest)))
+        kept = n - 1  # the drafts kept; the last committed token is the target's
+        rejected = [rng.randrange(300, 400) for _ in range(rng.randint(0, 3))]
+        peeked = twin.peek(rest[:kept] + rejected)[kept:]  # what the drafts alone would have shown
+        assert stream.commit_block(rest[:n], kept, rejected) == (twin.commit(rest[:n]), peeked)
+        rest, passes = rest[n:], passes + 1
+    assert len(calls) == passes  # one decode call per pass, the window's own decode included
+
+
+def test_the_window_moves_back_off_a_character_cut_by_its_usual_start():
+    from tests.fixtures.tokenizer_families import build_family
+
+    tokenizer = build_family("sentencepiece").tokenizer  # byte fallback: a character outside the vocabulary is
+    ids = tokenizer("x \U0001f980 abc def ghi jkl").input_ids  # spelt in byte tokens, 4 for this crab
+    first = next(i for i, t in enumerate(tokenizer.convert_ids_to_tokens(ids)) if t == "<0xF0>")
+    assert tokenizer.convert_ids_to_tokens(ids[first: first + 4]) == ["<0xF0>", "<0x9F>", "<0xA6>", "<0x80>"]
+    emitted = first + 4 + 4  # WINDOW (6) tokens back from here is the crab's third byte
+    stream = StreamDetokenizer(tokenizer, ids[:emitted])
+    calls = counting_decodes(stream)
+    pieces = stream.commit(ids[emitted: emitted + 2])
+    assert len(calls) == 3  # the usual window, the earlier starts, the window that starts on the crab
+    pieces += stream.commit(ids[emitted + 2:])
+    assert len(calls) == 4  # past the crab, the usual start is a whole character again: one decode
+    assert tokenizer.decode(ids[:emitted]) + "".join(pieces) == tokenizer.decode(ids)
+    assert "\ufffd" not in "".join(pieces)
+
+
+@pytest.mark.parametrize("family", ["sentencepiece", "gpt2", "qwen2", "llama3"])
+def test_the_direct_decode_equals_batch_decode(family):
+    from app.engine.detok import batch_decoder
+    from tests.fixtures.tokenizer_families import HARD_TEXT, build_family
+
+    tokenizer = build_family(family).tokenizer
+    sequences = []
+    for text in HARD_TEXT:
+        ids = tokenizer(text).input_ids
+        sequences += [ids[i: j] for i in range(0, len(ids), 3) for j in range(i, len(ids) + 1, 2)]
+    sequences.append([tokenizer.eos_token_id, 5, 6])  # special tokens are kept
+    assert batch_decoder(tokenizer)(sequences) == tokenizer.batch_decode(
+        sequences, skip_special_tokens=False, clean_up_tokenization_spaces=False)
