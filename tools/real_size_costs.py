@@ -10,7 +10,8 @@ thread. Every pass's PassClock splits its time into the draft, the verify forwar
 plus the draft where no model drafts (prompt lookup searches the context: engine work, not a forward), is
 the engine's own time outside the forwards. The tool wraps the decoder's per-pass steps in timers to
 split that further: softmax of the target's logits (K'+1, V), the verification rule, detokenisation, the
-drafted and appended tokens, the inspector detail (top-k of p and q over V) and the remainder (clip, crop,
+drafted and appended tokens, the inspector detail (the device-side gathers of what the event shows, top-k of
+p and q over V among them, and the detail built from them) and the remainder (clip, crop,
 statistics, the event). Event memory per token is the pickled size of the pass events and their
 tracemalloc size, over committed tokens. Goal: outside the forwards <= 5 % of the pass.
 """
@@ -61,7 +62,7 @@ def step_timers():
         return wrapper
 
     patches = [(dec, "token_texts", "detok"), (dec, "drafted_tokens", "tokens"), (dec, "appended_token", "tokens"),
-               (dec, "pass_detail", "inspector"), (TokenSampler, "probs", "softmax"),
+               (dec, "pass_detail", "inspector"), (dec, "block_reads", "inspector"), (TokenSampler, "probs", "softmax"),
                (dec.SpeculativeDecoder, "_verify", "verify_rule")]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for owner, name, step in patches:
