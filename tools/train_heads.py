@@ -4,6 +4,7 @@
     python tools/train_heads.py                       # demo target -> assets/models/demo/heads/<family>/
     python tools/train_heads.py --quick --target DIR --out DIR     # ~1 minute miniature (tests)
     python tools/train_heads.py --target DIR --prose-source docs    # corpus prose: the Python documentation
+    python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
 Self-distillation on the target's own soft labels (see tools/head_training/data.py), on
@@ -12,9 +13,17 @@ playground.json (or MODEL_CARD.md), else the pydoc topics; --prose-source overri
 each family's training forward lives beside its drafter in app/engine/drafters/heads,
 the rest of the pipeline in tools/head_training.
 
-Deterministic for a given --seed and thread count. Progress goes to stderr.
+--device and --dtype mean what they mean for train_demo_models.py
+(tools/demo_training/runtime.py): on CUDA the target writes its continuations
+and features on the GPU (float32, TF32 products) and the heads train there,
+bfloat16 mixed precision with float32 weights; the exported heads are the same
+fp16 files either way and load on the CPU. --run gpu sizes the data and the
+training for a few minutes of one GPU (head_training/run.py).
+
+Deterministic for a given --seed, thread count and device. Progress goes to stderr.
 Data and checkpoints live under --cache-dir (keyed by a hash of the target's
-weights and the configuration), written atomically, and a rerun resumes.
+weights and the configuration, not the device), written atomically, and a rerun
+resumes, on either device.
 """
 
 from __future__ import annotations
@@ -38,13 +47,17 @@ from app.engine.drafters.heads import FAMILIES, TargetShape, default_config
 from tools.demo_training.corpus import PROSE_SOURCES
 from tools.demo_training.model_card import recorded_prose_source
 from tools.demo_training.python_docs import PythonDocsMissing
-from tools.head_training.data import build_data, display_name, load_target, target_checksum
+from tools.demo_training.runtime import DEVICES, DTYPES, Runtime, check_available, prepare
+from tools.head_training.data import build_data, display_name, load_target, on_device, target_checksum
 from tools.head_training.family import export, train_family, write_format_notes
-from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, full_run, log, quick_run
+from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, RUNS, log, quick_run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", choices=tuple(RUNS), default="full",
+                        help="full: sized for 2 CPU cores (default); gpu: for a few minutes of one GPU "
+                             "(needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny data, tiny heads, a few steps (tests)")
     parser.add_argument("--target", type=Path, default=DEMO_TARGET, help="target model folder (default: demo)")
     parser.add_argument("--out", type=Path, default=None, help="default: assets/models/demo/heads")
@@ -58,9 +71,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default: /usr/share/doc/pythonX.Y/html)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="default: cpu")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+                        help="training precision; bfloat16 = mixed precision (autocast), for GPUs (default: float32)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--checkpoint-minutes", type=float, default=2.0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.run == "gpu" and args.device != "cuda" and not args.quick:
+        parser.error("--run gpu is sized for a GPU: add --device cuda (or --quick to test it on the CPU)")
+    return args
 
 
 def prose_source_of(args: argparse.Namespace) -> tuple[str, str]:
@@ -75,6 +94,9 @@ def prose_source_of(args: argparse.Namespace) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    runtime = Runtime(args.device, args.dtype)
+    check_available(runtime)  # before any work: one line, no traceback
+    prepare(runtime)
     torch.set_num_threads(args.threads)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in families if f not in FAMILIES]
@@ -82,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
     prose_source, why = prose_source_of(args)
     log(f"corpus prose: {prose_source} ({why})")
-    run = (quick_run if args.quick else full_run)(args.seed, prose_source)
+    run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
     out = (args.out or DEMO_HEADS).resolve()
-    target, tokenizer = load_target(args.target)
+    log(f"run {run.name}; training on {runtime.describe()}")
+    target, tokenizer = load_target(args.target, runtime.device)
     shape = TargetShape.of(target, target.config.num_hidden_layers)
     checksum = target_checksum(args.target)
     cache = args.cache_dir.resolve() / f"{run.name}-{checksum}"
@@ -97,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     log(f"data ready in {time.monotonic() - started:.0f}s: {tuple(data['tokens'].shape)} tokens")
+    data = on_device(data, runtime.device)
     summary = {}
     for family in families:
         log(f"training {family}")
         config, module = train_family(family, target, data, run, shape, display_name(args.target), checksum,
-                                      cache, 60 * args.checkpoint_minutes)
+                                      cache, 60 * args.checkpoint_minutes, runtime)
         export(out, family, config, module)
         summary[family] = config.training
         log(f"{family}: {config.training['steps']} steps in {config.training['seconds']}s, "

@@ -11,6 +11,11 @@ labels are computed once and cached; each family then trains on them.
 Notation: sequences of T tokens x_0 .. x_{T-1}; `label[t]` is the target's
 distribution of x_{t+1} given x_0 .. x_t; `feature[l][t]` its hidden state
 h^l_t (HF `hidden_states[l]`).
+
+The target runs on the training device (``--device``), in float32 whatever
+``--dtype`` says (TF32 matrix products on CUDA): the heads learn the features
+and labels the engine computes. The cached data lives on the CPU; `on_device`
+moves it to the GPU for training.
 """
 
 from __future__ import annotations
@@ -26,13 +31,21 @@ from ..demo_training.data import pack_blocks, spread_blocks, training_documents
 from .run import REPO_ROOT, HeadsRun, log
 
 LABEL_TOP = 8  # target probabilities kept per position (soft labels)
+# Rows per forward of the target (continuations, features): what keeps 2 CPU cores busy, or a GPU.
+GENERATION_BATCH = {"cpu": 64, "cuda": 1024}
+FEATURE_BATCH = {"cpu": 16, "cuda": 128}
+GREEDY_GRANULARITY = 64  # the greedy share is rounded up to this many rows (see `continuations`)
 
 
-def load_target(folder: Path):
+def load_target(folder: Path, device: str = "cpu"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval().requires_grad_(False)
-    return model, AutoTokenizer.from_pretrained(folder)
+    return model.to(device), AutoTokenizer.from_pretrained(folder)
+
+
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
 
 
 def target_checksum(folder: Path) -> str:
@@ -64,42 +77,57 @@ def corpus_blocks(tokenizer, run: HeadsRun, docs_dir: Path | None = None) -> tor
     return spread_blocks(blocks, run.corpus_sequences + run.generated_sequences)
 
 
-@torch.no_grad()
-def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int = 64) -> torch.Tensor:
-    """The target's own text after each prompt (P,): first half greedy, second half sampled at T = 0.8.
+def greedy_rows(count: int) -> int:
+    """Prompts continued greedily: the first half, rounded up to `GREEDY_GRANULARITY` rows (the batch the CPU
+    has always used, so the data does not depend on the device's batch size)."""
+    return min(count, -(-(count // 2) // GREEDY_GRANULARITY) * GREEDY_GRANULARITY)
 
-    A plain cached loop: HF `generate` costs several times more per step at this model size.
+
+@torch.no_grad()
+def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int | None = None) -> torch.Tensor:
+    """The target's own text after each prompt (P,) on its device: about the first half greedy (`greedy_rows`),
+    the rest sampled at T = 0.8 (with a generator on that device: CPU and CUDA draw different samples).
+
+    A plain cached loop: HF `generate` costs several times more per step at this model size. Returned on the CPU.
     """
-    generator = torch.Generator().manual_seed(seed)
+    device = device_of(target)
+    batch = batch or GENERATION_BATCH.get(device.type, GENERATION_BATCH["cpu"])
+    generator = torch.Generator(device=device).manual_seed(seed)
+    split = greedy_rows(len(prompts))
     out = []
-    for start in range(0, len(prompts), batch):
-        tokens = prompts[start:start + batch]
-        sample = start >= len(prompts) // 2
-        step = target(input_ids=tokens, use_cache=True)
-        for _ in range(length):
-            logits = step.logits[:, -1].float()  # (B, V)
-            if sample:
-                following = torch.multinomial(torch.softmax(logits / 0.8, -1), 1, generator=generator)  # (B, 1)
-            else:
-                following = logits.argmax(-1, keepdim=True)
-            tokens = torch.cat([tokens, following], dim=1)
-            step = target(input_ids=following, cache=step.cache, use_cache=True)
-        out.append(tokens)
+    for part, sample in ((prompts[:split], False), (prompts[split:], True)):
+        for start in range(0, len(part), batch):
+            tokens = part[start:start + batch].to(device)
+            step = target(input_ids=tokens, use_cache=True)
+            for _ in range(length):
+                logits = step.logits[:, -1].float()  # (B, V)
+                if sample:
+                    following = torch.multinomial(torch.softmax(logits / 0.8, -1), 1, generator=generator)  # (B, 1)
+                else:
+                    following = logits.argmax(-1, keepdim=True)
+                tokens = torch.cat([tokens, following], dim=1)
+                step = target(input_ids=following, cache=step.cache, use_cache=True)
+            out.append(tokens.cpu())
     return torch.cat(out)
 
 
 @torch.no_grad()
-def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch: int = 16) -> dict:
-    """Features (fp16) of `layers` and top-k soft labels for every position of tokens (S, T)."""
+def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch: int | None = None) -> dict:
+    """Features (fp16) of `layers` and top-k soft labels for every position of tokens (S, T), on the CPU.
+
+    The target's forward runs on its device; the softmax is taken in float32.
+    """
+    device = device_of(target)
+    batch = batch or FEATURE_BATCH.get(device.type, FEATURE_BATCH["cpu"])
     features = {layer: [] for layer in layers}
     label_ids, label_probs = [], []
     for chunk in tokens.split(batch):
-        out = target(input_ids=chunk, output_hidden_states=True)
+        out = target(input_ids=chunk.to(device), output_hidden_states=True)
         for layer in layers:
-            features[layer].append(out.hidden_states[layer].half())  # (B, T, H)
+            features[layer].append(out.hidden_states[layer].half().cpu())  # (B, T, H)
         top = torch.softmax(out.logits.float(), -1).topk(LABEL_TOP, dim=-1)
-        label_ids.append(top.indices.int())  # (B, T, k)
-        label_probs.append(top.values.half())
+        label_ids.append(top.indices.int().cpu())  # (B, T, k)
+        label_probs.append(top.values.half().cpu())
     return {"tokens": tokens, "features": {layer: torch.cat(v) for layer, v in features.items()},
             "label_ids": torch.cat(label_ids), "label_probs": torch.cat(label_probs)}
 
@@ -124,9 +152,18 @@ def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache:
     return data
 
 
+def on_device(data: dict, device: str) -> dict:
+    """The cached data (tokens, features, labels) moved to the training device (a no-op on the CPU)."""
+    if device == "cpu":
+        return data
+    return {key: ({k: v.to(device) for k, v in value.items()} if isinstance(value, dict) else value.to(device))
+            for key, value in data.items()}
+
+
 def batch_of(data: dict, indices: torch.Tensor, layers: tuple[int, ...]) -> tuple:
-    """tokens (B, T), features [(B, T, H)] in `layers` order (float32), label ids/probs (B, T, k)."""
-    rows = indices.reshape(-1)
+    """tokens (B, T), features [(B, T, H)] in `layers` order (float32), label ids/probs (B, T, k), on the device
+    of the data."""
+    rows = indices.reshape(-1).to(data["tokens"].device)
     features = [data["features"][layer][rows].float() for layer in layers]
     probs = data["label_probs"][rows].float()
     return data["tokens"][rows], features, data["label_ids"][rows].long(), probs / probs.sum(-1, keepdim=True)

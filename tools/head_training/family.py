@@ -1,7 +1,13 @@
-"""Train one family on the cached data and export it in the heads format (heads/format.py, FORMAT.md)."""
+"""Train one family on the cached data and export it in the heads format (heads/format.py, FORMAT.md).
+
+On a GPU the head trains there (float32 master weights and optimizer state, the forward and backward under
+bfloat16 autocast with ``--dtype bfloat16``, the losses' softmax in float32) and comes back to the CPU in
+float32 for the export, which writes the same fp16 files whatever the device.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -12,37 +18,52 @@ from app.engine.drafters.heads import HeadConfig, TargetParts, TargetShape, buil
 from ..demo_training.checkpoint import atomic_replace_folder, atomic_write_text
 from ..demo_training.config import StageSchedule
 from ..demo_training.loop import train_stage
+from ..demo_training.runtime import CPU, Runtime
 from .data import batch_of
 from .losses import LOSSES
 from .run import HeadsRun
 
 
 def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetShape, target_name: str,
-                 checksum: str, cache: Path, checkpoint_seconds: float) -> tuple[HeadConfig, torch.nn.Module]:
+                 checksum: str, cache: Path, checkpoint_seconds: float,
+                 runtime: Runtime = CPU) -> tuple[HeadConfig, torch.nn.Module]:
+    """Train `family` on `data` (on `runtime.device`, as the target is) and return its config and module (CPU,
+    float32). The checkpoint is keyed by the run, not the runtime: a run resumes on either device."""
     config = default_config(family, shape, target_name, **run.arch[family])
     torch.manual_seed(run.seed)
-    module = build_module(config).float()
+    module = build_module(config).float()  # initialised on the CPU: the same weights on every device
     parts = TargetParts.of(target)
-    generator = torch.Generator().manual_seed(run.seed + 1)
+    generator = torch.Generator().manual_seed(run.seed + 1)  # CPU: the rows scored are the same on every device
     loss_of = LOSSES[family]
 
     def loss_fn(model, indices, step):
         generator.manual_seed(run.seed * 100_003 + step)  # row choice depends only on (seed, step): resumable
-        loss = loss_of(model, parts, batch_of(data, indices, config.feature_layers), run, generator)
+        with on_default_device(runtime.device):
+            loss = loss_of(model, parts, batch_of(data, indices, config.feature_layers), run, generator)
         return loss, loss.item()
 
     sequences = torch.arange(len(data["tokens"]))[:, None]  # train_stage batches rows of this index table
     stage = StageSchedule(**run.schedules[family])
     result = train_stage(family, module, loss_fn, sequences, stage, run.seed,
-                         cache / f"{family}-{run.fingerprint()}.ckpt", checkpoint_seconds)
+                         cache / f"{family}-{run.fingerprint()}.ckpt", checkpoint_seconds, runtime)
     training = {"seed": run.seed, "run": run.name, "steps": result.steps, "seconds": round(result.seconds, 1),
                 "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
                 "data": f"stdlib code + {PROSE_NAMES[run.prose_source]} (tools/demo_training corpus) and target "
                         "continuations; labels: target top-8 probabilities",
                 "prose_source": run.prose_source,
+                "hardware": runtime.describe(), "precision": PRECISION[runtime.dtype],
                 "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
+
+
+PRECISION = {"float32": "float32", "bfloat16": "bfloat16 mixed-precision (float32 weights)"}
+
+
+def on_default_device(device: str):
+    """Tensors created without a device inside the families' training forwards (positions, masks) land on the
+    training device; on the CPU nothing changes (and nothing is intercepted)."""
+    return contextlib.nullcontext() if device == "cpu" else torch.device(device)
 
 
 PROSE_NAMES = {"pydoc": "language reference", "docs": "Python documentation"}

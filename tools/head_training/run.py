@@ -1,4 +1,4 @@
-"""Every number that shapes the data and the trained heads, and the two sizes of run."""
+"""Every number that shapes the data and the trained heads, and the sizes of run: CPU, GPU and the tests' miniature."""
 
 from __future__ import annotations
 
@@ -80,6 +80,33 @@ def full_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
               "dflash": {"layers": 2, "intermediate": 384, "block_size": 6, "window": 64}},
         loss_rows=0.25, dflash_anchors=16,
     )
+
+
+def gpu_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
+    """Sized for a few minutes of one H200 (``--device cuda --dtype bfloat16``), all four families.
+
+    For the GPU family (target 10 x 320, ``gpu_config``). An estimate from FLOPs, not measured (no GPU was
+    available): ~2.4e15 FLOP in all (V2_PLAN.md, "GPU recipe"), 1-3 minutes of training plus under a
+    minute for the data. Against `full_run`: 3.75x the training sequences at twice the length (12,000 x 256
+    tokens, 3.1M, about 80 % of the corpus; a quarter of them the target's own continuations), 16-20x the
+    training tokens per family (64-77k sequences, 5-6 passes over the data), every other position scored
+    (`loss_rows` 0.5), and blocks with an MLP at least twice the hidden size (the CPU run's were sized for
+    hidden 128). The heads come to ~9.9M parameters, ~20 MB in fp16, what the family's 60 MB budget leaves.
+    """
+    return HeadsRun(
+        name="gpu", seed=seed, prose_source=prose_source, prose_repeats=prose_repeats(prose_source),
+        seq_len=256, corpus_sequences=9000, generated_sequences=3000, prompt_len=64,
+        max_code_files=None, max_prose_docs=None,
+        schedules={"medusa": schedule(1000, 3e-3, 64), "mtp": schedule(1000, 2e-3, 64),
+                   "eagle": schedule(1000, 2e-3, 64), "dflash": schedule(1200, 2e-3, 64)},
+        arch={"medusa": {"num_heads": 4}, "mtp": {"depths": 4, "intermediate": 640, "window": 16},
+              "eagle": {"intermediate": 864, "window": 96},
+              "dflash": {"layers": 2, "intermediate": 864, "block_size": 6, "window": 64}},
+        loss_rows=0.5, dflash_anchors=32,
+    )
+
+
+RUNS = {"full": full_run, "gpu": gpu_run}
 
 
 def quick_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:

@@ -1,0 +1,209 @@
+"""The learned heads' GPU recipe, tested on the CPU: ``train_heads.py --device/--dtype`` and the GPU run.
+
+``--device cuda --dtype bfloat16`` trains the heads on the GPU under bfloat16
+autocast (float32 weights, float32 softmax) and exports the same fp16 files.
+Without a GPU the tests run the same code path on the CPU in bfloat16, run the
+losses with every tensor on a non-CPU device ("meta", which refuses to mix
+devices as CUDA does), and check that ``--device cuda`` fails cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from app.engine.drafters.heads import FAMILIES, TargetShape, build_module, default_config
+from app.engine.drafters.heads.common import TargetParts
+from tools.demo_training.runtime import CPU, Runtime
+from tools.head_training import data as head_data
+from tools.head_training import family as head_family
+from tools.head_training.losses import LOSSES
+from tools.head_training.run import RUNS, full_run, gpu_run, quick_run
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRAIN_SCRIPT = REPO_ROOT / "tools" / "train_heads.py"
+LEARNED = tuple(FAMILIES)
+
+
+def train_heads(*arguments: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(TRAIN_SCRIPT), *arguments], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT)
+
+
+# ---- end to end: the GPU recipe at --quick size, on the CPU ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bfloat16_heads(tiny_llama, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bf16_heads")
+    process = train_heads("--run", "gpu", "--quick", "--device", "cpu", "--dtype", "bfloat16", "--threads", "1",
+                          "--target", str(tiny_llama[0]), "--out", str(root / "heads"),
+                          "--cache-dir", str(root / "cache"))
+    assert process.returncode == 0, process.stderr[-3000:]
+    return root / "heads", process
+
+
+def test_quick_bfloat16_run_trains_every_family_in_the_heads_format(bfloat16_heads):
+    folder, process = bfloat16_heads
+    assert "training on 1 CPU threads (bfloat16)" in process.stderr
+    assert (folder / "FORMAT.md").is_file()
+    for family in LEARNED:
+        config = json.loads((folder / family / "config.json").read_text())
+        assert config["family"] == family and config["format_version"] == 1
+        assert config["training"]["steps"] > 0 and config["training"]["run"] == "quick"
+        assert config["training"]["precision"].startswith("bfloat16 mixed-precision")
+        weights = load_file(str(folder / family / "model.safetensors"))
+        assert all(t.dtype == torch.float16 and torch.isfinite(t).all() for t in weights.values())
+
+
+def test_bfloat16_heads_load_on_the_cpu_in_float32_and_draft(tiny_llama, bfloat16_heads):
+    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.loading import load_models
+    from tests.engine.helpers import PROMPTS, run
+
+    models = load_models(*map(str, tiny_llama), heads=str(bfloat16_heads[0]))
+    assert set(LEARNED) <= set(models.extras) and set(LEARNED) <= set(models.available_drafters)
+    for spec in models.extras.values():
+        assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in spec.module.parameters())
+    decoder = SpeculativeDecoder(models)
+    _, reference = run(decoder, PROMPTS[0], drafters=(), max_new_tokens=24)
+    for family in LEARNED:
+        passes, end = run(decoder, PROMPTS[0], drafters=(family,), k=3, max_new_tokens=24)
+        assert end.token_ids == reference.token_ids  # greedy: the drafts never change the text
+        assert {p.drafter for p in passes if p.k} == {family}
+
+
+# ---- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_without_a_gpu_is_refused_in_one_line(tiny_llama, tmp_path):
+    process = train_heads("--device", "cuda", "--dtype", "bfloat16", "--target", str(tiny_llama[0]),
+                          "--out", str(tmp_path / "heads"), "--cache-dir", str(tmp_path / "cache"), timeout=120)
+    assert process.returncode == 1
+    assert process.stderr.strip().splitlines() == [process.stderr.strip()], process.stderr  # one line
+    assert process.stderr.startswith("--device cuda: no CUDA device") and "Traceback" not in process.stderr
+    assert not (tmp_path / "heads").exists() and not (tmp_path / "cache").exists()
+
+
+def test_gpu_run_needs_cuda_unless_quick():
+    from tools.train_heads import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--run", "gpu"])
+    args = parse_args(["--run", "gpu", "--quick", "--dtype", "bfloat16"])
+    assert (args.run, args.device, args.dtype) == ("gpu", "cpu", "bfloat16")
+    assert (parse_args([]).run, parse_args([]).device, parse_args([]).dtype) == ("full", "cpu", "float32")
+
+
+# ---- the GPU configuration ------------------------------------------------------------------------
+
+
+def test_cpu_run_is_unchanged_and_the_gpu_run_is_keyed_apart():
+    # The CPU defaults: any change here retrains (and re-caches) every CPU family's heads.
+    assert full_run(1234, "pydoc").fingerprint() == "022d727914"
+    assert full_run(1234, "docs").fingerprint() == "542ac9d211"
+    runs = [RUNS[name](1234, "docs") for name in RUNS] + [quick_run(1234, "docs")]
+    assert len({r.fingerprint() for r in runs}) == len({r.data_fingerprint() for r in runs}) == len(runs)
+    assert gpu_run(1234, "docs").prose_repeats == 1 and set(gpu_run(1).schedules) == set(LEARNED)
+
+
+def test_gpu_heads_fit_the_gpu_familys_60_mb():
+    from tools.demo_training.config import gpu_config
+
+    config = gpu_config()
+    shape = TargetShape(config.target.hidden_size, config.vocab_size, config.target.num_layers)
+    run = gpu_run(1234, "docs")
+    heads = sum(sum(p.numel() for p in build_module(default_config(f, shape, **run.arch[f])).parameters())
+                for f in LEARNED)
+
+    def llama(s) -> int:  # tied embeddings, norms included
+        layer = 4 * s.hidden_size**2 + 3 * s.hidden_size * s.intermediate_size + 2 * s.hidden_size
+        return s.num_layers * layer + config.vocab_size * s.hidden_size + s.hidden_size
+
+    megabytes = 2 * (heads + llama(config.target) + llama(config.draft)) / 1e6 + 1.2  # bf16/fp16, tokenizers
+    assert 2 * heads / 1e6 < 21 and megabytes < 60, (2 * heads / 1e6, megabytes)
+
+
+# ---- device placement and precision, without a GPU ------------------------------------------------
+
+
+@pytest.mark.parametrize("family", LEARNED)
+def test_losses_keep_every_tensor_on_the_training_device(family):
+    """On "meta" (no data, device checks as on CUDA) the loss and its backward see no CPU tensor."""
+    shape, run, device = TargetShape(64, 300, 4), quick_run(1), "meta"
+    config = default_config(family, shape, **run.arch[family])
+    module = build_module(config).to(device)
+    parts = TargetParts(torch.nn.Embedding(300, 64).to(device), torch.nn.Linear(64, 300, bias=False).to(device))
+    batch = (torch.zeros(2, 48, dtype=torch.long, device=device),
+             [torch.zeros(2, 48, 64, device=device) for _ in config.feature_layers],
+             torch.zeros(2, 48, 8, dtype=torch.long, device=device), torch.zeros(2, 48, 8, device=device))
+    with head_family.on_default_device(device):
+        loss = LOSSES[family](module, parts, batch, run, torch.Generator().manual_seed(0))
+    loss.backward()
+    assert loss.device.type == device and loss.dtype == torch.float32
+    assert all(p.grad is not None and p.grad.device.type == device for p in module.parameters() if p.requires_grad)
+
+
+def test_greedy_continuations_do_not_depend_on_the_batch(tiny_llama):
+    target, _ = head_data.load_target(tiny_llama[0])
+    prompts = torch.randint(1, 300, (70, 5), generator=torch.Generator().manual_seed(0))
+    small = head_data.continuations(target, prompts, 3, seed=1, batch=16)
+    large = head_data.continuations(target, prompts, 3, seed=1, batch=64)
+    greedy = head_data.greedy_rows(len(prompts))
+    assert greedy == 64 and torch.equal(small[:greedy], large[:greedy])
+    assert (head_data.greedy_rows(800), head_data.greedy_rows(3000), head_data.greedy_rows(4)) == (448, 1536, 4)
+
+
+class Killed(Exception):
+    """Stands in for the process being killed mid-run."""
+
+
+def synthetic_data(shape: TargetShape, layers: tuple[int, ...], sequences: int = 8, length: int = 32) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.rand(sequences, length, 8, generator=generator)
+    return {"tokens": torch.randint(0, shape.vocab_size, (sequences, length), generator=generator),
+            "features": {layer: torch.randn(sequences, length, shape.hidden_size, generator=generator).half()
+                         for layer in layers},
+            "label_ids": torch.randint(0, shape.vocab_size, (sequences, length, 8), generator=generator).int(),
+            "label_probs": (probs / probs.sum(-1, keepdim=True)).half()}
+
+
+@pytest.mark.parametrize("runtime", [CPU, Runtime("cpu", "bfloat16")], ids=["float32", "bfloat16"])
+def test_head_training_resumes_exactly_from_its_checkpoint(tiny_llama, tmp_path, monkeypatch, runtime):
+    import dataclasses
+
+    target, _ = head_data.load_target(tiny_llama[0])
+    shape = TargetShape.of(target, target.config.num_hidden_layers)
+    run = dataclasses.replace(quick_run(7), schedules={f: {**s, "steps": 6} for f, s in quick_run(7).schedules.items()})
+    family = "eagle"
+    data = synthetic_data(shape, default_config(family, shape).feature_layers)
+    real_loss, calls = LOSSES[family], []
+
+    def train(cache: Path, kill_at: int | None = None):
+        def loss(*args):
+            calls.append(1)
+            if len(calls) == kill_at:
+                raise Killed
+            return real_loss(*args)
+
+        monkeypatch.setitem(LOSSES, family, loss)
+        calls.clear()
+        _, module = head_family.train_family(family, target, data, run, shape, "tiny", "x", cache, 0.0, runtime)
+        return {k: v.clone() for k, v in module.state_dict().items()}
+
+    straight = train(tmp_path / "straight")
+    with pytest.raises(Killed):
+        train(tmp_path / "resumed", kill_at=4)
+    resumed = train(tmp_path / "resumed")
+    assert len(calls) == 3  # steps 3, 4, 5 after the checkpoint of step 3
+    assert all(v.dtype == torch.float32 and torch.equal(straight[k], v) for k, v in resumed.items())
