@@ -295,7 +295,7 @@ def shape_parameters(shape, vocab: int) -> int:
     return shape.num_layers * layer + vocab * shape.hidden_size + shape.hidden_size
 
 
-@pytest.mark.parametrize("run", ["v1", "v2", "gpu"])
+@pytest.mark.parametrize("run", ["v1", "v2", "v3", "gpu"])
 def test_family_leaves_room_for_heads_within_60_mb(run):
     import_demo_training()
     from demo_training.config import select_config

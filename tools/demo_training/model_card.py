@@ -17,7 +17,7 @@ DRAFTER_TODO = (
 )
 REBUILD_COMMAND = "python tools/train_demo_models.py"
 # Extra arguments that rebuild each named run (v2 is the default run).
-RUN_ARGUMENTS = {"v2": "", "full": " --run v1", "gpu": " --run gpu --device cuda --dtype bfloat16",
+RUN_ARGUMENTS = {"v2": "", "v3": " --run v3", "full": " --run v1", "gpu": " --run gpu --device cuda --dtype bfloat16",
                  "quick": " --quick --out DIR"}
 
 
