@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import threading
+
+from PySide6.QtCore import QCoreApplication
 from PySide6.QtGui import QTextCursor
 
 from app.widgets import token_style as ts
 
 RUN_MS = 30_000
+
+
+def hold_compiles(monkeypatch) -> tuple[threading.Event, list[int]]:
+    """Compiled steps that run eagerly but wait, at each call, until the returned event is set (RUN_MS at most);
+    the list collects each call's number of rows. For loads held inside a compile warm-up step."""
+    from app.engine import cached_model
+
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def compile_step(step, device):
+        def compiled(*args, **kwargs):
+            calls.append(args[0].shape[-1])
+            gate.wait(RUN_MS / 1000)
+            return step(*args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(cached_model, "compile_step", compile_step)
+    return gate, calls
+
+
+def deliver_queued_signals() -> None:
+    """Deliver what other threads have queued for the GUI thread so far (a finished thread queues no more)."""
+    QCoreApplication.sendPostedEvents()
+    QCoreApplication.processEvents()
 
 
 def run_to_end(qtbot, window, timeout: int = RUN_MS) -> None:

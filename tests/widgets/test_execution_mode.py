@@ -4,15 +4,13 @@ load's warm-up steps in the status bar."""
 from __future__ import annotations
 
 import json
-import threading
 
-from app.engine import cached_model as cached_model_module
 from app.engine.engine import LocalEngine
 from app.engine.events import ExecutionMode, StartEvent
 from app.settings_store import DEFAULT_REQUEST
 from app.widgets.model_dialog import ModelDialog
 from tests.widgets.fakes import FakeEngine
-from tests.widgets.helpers import RUN_MS
+from tests.widgets.helpers import RUN_MS, hold_compiles
 
 
 def test_the_dialog_offers_the_cache_and_compile_choices(qtbot):
@@ -64,17 +62,7 @@ def test_the_warm_up_steps_show_in_the_status_bar_and_a_cancel_stops_between_the
                                                                                   monkeypatch):
     """A load in this process with compile on: the first compile step is held until the test has seen it in the
     status bar and cancelled the load; the load then ends at the next step, having compiled nothing more."""
-    gate = threading.Event()
-    compiled_calls = []
-
-    def compile_step(step, device):
-        def compiled(*args, **kwargs):
-            compiled_calls.append(args[0].shape[-1])
-            gate.wait(RUN_MS / 1000)
-            return step(*args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(cached_model_module, "compile_step", compile_step)
+    gate, compiled_calls = hold_compiles(monkeypatch)
     window = make_window()
     window.runs.factory = LocalEngine.load
     target, draft = tiny_llama

@@ -10,12 +10,11 @@ import threading
 import pytest
 from PySide6.QtCore import Qt
 
-from app.engine import cached_model as cached_model_module
 from app.engine.engine import LocalEngine
 from app.settings_store import DEFAULT_REQUEST
 from app.widgets.status import _load_step
 from tests.widgets.fakes import FakeEngine
-from tests.widgets.helpers import RUN_MS, run_to_end
+from tests.widgets.helpers import RUN_MS, deliver_queued_signals, hold_compiles, run_to_end
 
 
 class GatedLoad:
@@ -96,7 +95,7 @@ def test_cancelling_a_dialog_load_keeps_the_models_the_entries_and_drops_the_que
     assert "run you queued was not started" in window.banner.text()
     with qtbot.waitSignal(loader.finished, timeout=RUN_MS):
         load.gate.set()  # the load ends at its next step; what it made is closed, never used
-    qtbot.wait(50)  # whatever the thread still queued for the GUI thread (nothing may arrive)
+    deliver_queued_signals()  # whatever the thread still queued for the GUI thread (nothing may arrive)
     assert window.engine is engine and not window.is_generating and window.session.end is None
     assert all(made.closed for made in load.made)
     assert_editable_with_entries(dialog)
@@ -172,7 +171,7 @@ def test_the_start_up_load_can_be_cancelled_from_the_status_bar(qtbot, make_wind
     assert "run you queued was not started" in text
     with qtbot.waitSignal(loader.finished, timeout=RUN_MS):
         load.gate.set()
-    qtbot.wait(50)
+    deliver_queued_signals()
     assert window.engine is None and not window.is_generating and load.made[0].closed
     assert not window.start_generation()  # nothing to run on: says so
     assert "No models are loaded yet" in window.banner.text()
@@ -181,17 +180,7 @@ def test_the_start_up_load_can_be_cancelled_from_the_status_bar(qtbot, make_wind
 def test_a_dialog_cancel_between_compile_steps_keeps_the_models(qtbot, make_window, tiny_llama, monkeypatch):
     """A real compiling load in this process, cancelled from the dialog while its first compile step runs: it
     ends at the next step, having compiled nothing more, and the window keeps its models."""
-    gate = threading.Event()
-    compiled_calls = []
-
-    def compile_step(step, device):
-        def compiled(*args, **kwargs):
-            compiled_calls.append(args[0].shape[-1])
-            gate.wait(RUN_MS / 1000)
-            return step(*args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(cached_model_module, "compile_step", compile_step)
+    gate, compiled_calls = hold_compiles(monkeypatch)
     window = make_window(FakeEngine())
     engine = window.engine
     window.runs.factory = LocalEngine.load
@@ -208,7 +197,7 @@ def test_a_dialog_cancel_between_compile_steps_keeps_the_models(qtbot, make_wind
     assert_progress_ended(window.status)
     with qtbot.waitSignal(loader.finished, timeout=RUN_MS):
         gate.set()
-    qtbot.wait(50)
+    deliver_queued_signals()
     assert compiled_calls == [1] and window.engine is engine
     assert dialog.request()["target"] == str(target) and dialog.request()["compile"] is True
     dialog.close()
@@ -284,7 +273,7 @@ def test_a_cancelled_engine_process_load_ends_its_process_at_once(qtbot, store, 
             assert not window.is_loading and window.engine is None
         assert time.monotonic() - started < 5.0
         qtbot.waitUntil(lambda: not set(multiprocessing.active_children()) - before, timeout=RUN_MS)
-        qtbot.wait(50)
+        deliver_queued_signals()
         assert window.engine is None and "Load cancelled" in window.banner.text()
     finally:
         window.shutdown()
