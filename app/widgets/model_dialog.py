@@ -42,6 +42,11 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # How the models run (app/engine/execution.py): the label shown, the request's value (None: the device's default).
 CACHES = ((f"auto ({default_words(0)})", None), ("dynamic", "dynamic"), ("static", "static"))
 COMPILE = ((f"auto ({default_words(1)})", None), ("on", True), ("off", False))
+TARGET_HINT = "hub id (org/name) or local folder"
+# What "auto" resolves to once the other choice is made (resolve_execution): compiling takes the static cache,
+# and the dynamic cache is never compiled.
+CACHE_AUTO_COMPILED = "auto (static: compiling needs it)"
+COMPILE_AUTO_DYNAMIC = "auto (off: the dynamic cache is not compiled)"
 
 
 class ModelDialog(QDialog):
@@ -62,7 +67,7 @@ class ModelDialog(QDialog):
             self.preset.addItem(label, (target, draft))
         self.preset.currentIndexChanged.connect(self._preset_chosen)
         self.target = QLineEdit()
-        self.target.setPlaceholderText("hub id (org/name) or local folder")
+        self.target.setPlaceholderText(TARGET_HINT)
         self.draft = QLineEdit()
         self.draft.setPlaceholderText("optional: drafter hub id or folder (same tokenizer)")
         for edit in (self.target, self.draft):
@@ -75,10 +80,14 @@ class ModelDialog(QDialog):
                                          "(CUDA graphs on a GPU; needs the static cache), every shape while the "
                                          "models load (minutes on a CPU); a failure falls back to eager forwards "
                                          "with a notice")
+        for combo in (self.cache, self.compile):
+            combo.currentIndexChanged.connect(self._auto_words)
         form = QFormLayout()
         form.addRow("Preset", self.preset)
-        form.addRow("Target", _with_browse(self.target, self._browse_into))
-        form.addRow("Drafter", _with_browse(self.draft, self._browse_into))
+        target_row, self.target_browse = _with_browse(self.target, self._browse_into)
+        draft_row, self.draft_browse = _with_browse(self.draft, self._browse_into)
+        form.addRow("Target", target_row)
+        form.addRow("Drafter", draft_row)
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
         form.addRow("KV cache", self.cache)
@@ -117,7 +126,14 @@ class ModelDialog(QDialog):
         if not custom:
             self.target.setText(target or "")
             self.draft.setText(draft or "")
-            self.target.setPlaceholderText("bundled demo family" if target is None else "")
+        self.target.setPlaceholderText("bundled demo family" if target is None else TARGET_HINT if custom else "")
+
+    def _auto_words(self) -> None:
+        """Each "auto" says what it becomes with the other choice as it stands (app/engine/execution.py)."""
+        compiled = self.compile.currentData() is True
+        self.cache.setItemText(0, CACHE_AUTO_COMPILED if compiled else CACHES[0][0])
+        dynamic = self.cache.currentData() == "dynamic"
+        self.compile.setItemText(0, COMPILE_AUTO_DYNAMIC if dynamic else COMPILE[0][0])
 
     def _typed(self) -> None:
         """The user typed a target or drafter: it is a custom choice now, with what the fields hold."""
@@ -226,8 +242,8 @@ class ModelDialog(QDialog):
         self.progress.setVisible(busy)
         if busy:
             self.message.setStyleSheet("")
-        for widget in (self.preset, self.target, self.draft, self.device, self.dtype, self.cache, self.compile,
-                       self.load_button):
+        for widget in (self.preset, self.target, self.target_browse, self.draft, self.draft_browse, self.device,
+                       self.dtype, self.cache, self.compile, self.load_button):
             widget.setEnabled(not busy)
         self.close_button.setVisible(not busy)
         self.cancel_button.setVisible(busy)
@@ -264,7 +280,8 @@ def _choices(choices, tip: str) -> QComboBox:
     return combo
 
 
-def _with_browse(edit: QLineEdit, browse) -> QWidget:
+def _with_browse(edit: QLineEdit, browse) -> tuple[QWidget, QPushButton]:
+    """A field with its "Folder…" button on its right: the row, and the button."""
     holder = QWidget()
     row = QHBoxLayout(holder)
     row.setContentsMargins(0, 0, 0, 0)
@@ -272,4 +289,4 @@ def _with_browse(edit: QLineEdit, browse) -> QWidget:
     button.clicked.connect(lambda: browse(edit))
     row.addWidget(edit, 1)
     row.addWidget(button)
-    return holder
+    return holder, button
