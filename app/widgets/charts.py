@@ -60,6 +60,7 @@ MIN_ROW_PX = 200  # a row of plots (title, plot, axis, legend) never gets less; 
 MIN_DOCK_PX = 200  # the charts never collapse to nothing in a small window
 SETTLE_ROWS = 8  # the first passes' estimates are noisy: a spike there does not set a y range for good
 BASE_TEXT_PT = 9.0
+GAUGE_PX = 120  # the ASD budget bar (its figures are in words beside it)
 # Line glyphs of the legends, one per pen style
 SOLID, DASHED, DOTTED, CROSS = "━━", "╍╍", "┈┈", "✕"
 
@@ -92,6 +93,7 @@ class RunCharts(QWidget):
         self.clear_button = QPushButton("Clear charts")
         self.clear_button.clicked.connect(self.clear)
         bar = QHBoxLayout()
+        bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
         bar.addWidget(self.clear_button)
@@ -172,12 +174,17 @@ class RunCharts(QWidget):
             self._show_legend(plot)
 
     def _build_gauge(self) -> None:
-        """ASD budget left / exceptions, under the charts."""
+        """ASD budget left of B as a bar, its figures and the exceptions (and, once spent, strict greedy) in words
+        beside it: no text in the bar, where it would run over the fill or be clipped."""
+        self.budget_title = QLabel("ASD budget")
         self.budget_gauge = QProgressBar()
         self.budget_gauge.setRange(0, 1000)
-        self.budget_gauge.setMinimumWidth(260)
-        self.budget_gauge.setToolTip("ASD regret budget left of B, and the exceptions granted so far")
+        self.budget_gauge.setTextVisible(False)
+        self.budget_gauge.setFixedWidth(GAUGE_PX)
+        self.budget_gauge.setToolTip("ASD regret budget left of B; beside it, the exceptions granted so far")
         self.budget_note = QLabel()
+        self.budget_note.setObjectName("asdBudgetNote")
+        self.budget_note.setTextFormat(Qt.TextFormat.RichText)
         self.budget_note.setWordWrap(True)
         self._show_budget(None)
         self.budget_state = "off"  # "off" (not ASD), "on", or "spent" (ASD is now strict greedy)
@@ -420,17 +427,16 @@ class RunCharts(QWidget):
         if ledger is None:
             self.budget_gauge.setEnabled(False)
             self.budget_gauge.setValue(0)
-            self.budget_gauge.setFormat("ASD off")
-            self.budget_note.setText("")
+            self.budget_note.setText("ASD off")
             return
         left = max(0.0, ledger.budget - ledger.spent)
         self.budget_gauge.setEnabled(True)
         self.budget_gauge.setValue(int(1000 * left / ledger.budget) if ledger.budget > 0 else 0)
-        self.budget_gauge.setFormat(f"ASD budget left {left:.3g} of B = {ledger.budget:g} · "
-                                    f"{ledger.exceptions} exceptions")
-        spent = _budget_spent(ledger)
-        self.budget_note.setText("Budget spent: ASD is now strict greedy (no more exceptions)" if spent else "")
-        self.budget_note.setStyleSheet("color: #c0392b; font-weight: bold;" if spent else "")
+        figures = (f"{left:.3g} of B = {ledger.budget:g} left &nbsp;·&nbsp; {ledger.exceptions} "
+                   f"exception{'' if ledger.exceptions == 1 else 's'}")
+        spent = ("&nbsp;·&nbsp; <span style='color:#c0392b; font-weight:bold'>Budget spent: ASD is now strict "
+                 "greedy (no more exceptions)</span>" if _budget_spent(ledger) else "")
+        self.budget_note.setText(figures + spent)
 
     # --- export -----------------------------------------------------------------------
     def export_png(self, path: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QApplication
 
 from app.widgets.charts import MIN_DOCK_PX
@@ -137,14 +138,42 @@ def test_ledger_says_asd_off_and_when_the_budget_is_spent(qtbot, fake_window):
     window.settings_model.use(verify="greedy")
     run_to_end(qtbot, window)
     window.charts.refresh()
-    assert window.charts.budget_state == "off" and window.charts.budget_gauge.format() == "ASD off"
+    assert window.charts.budget_state == "off" and window.charts.budget_note.text() == "ASD off"
     window.drafters.budget.setValue(0.5)  # the fake engine spends 0.1 per exception
     window.drafters.set_rule("asd")
     run_to_end(qtbot, window)
     window.charts.refresh()
     assert window.charts.budget_state == "spent"
     assert "strict greedy" in window.charts.budget_note.text()
-    assert "exceptions" in window.charts.budget_gauge.format()
+    assert "exceptions" in window.charts.budget_note.text() and "of B = 0.5 left" in window.charts.budget_note.text()
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1600, 1000)])
+def test_the_asd_budget_gauge_and_its_words_fit_on_one_line(qtbot, fake_window, size):
+    window = fake_window
+    window.resize(*size)
+    window.charts_dock.raise_()
+    window.controls.prompt.setPlainText("x")
+    window.controls.max_tokens.setValue(40)
+    window.drafters.budget.setValue(0.5)  # spent within the run: the longest words the note has
+    window.drafters.set_rule("asd")
+    run_to_end(qtbot, window)
+    window.charts.refresh()
+    charts = window.charts
+    assert charts.budget_state == "spent"
+    gauge, note = charts.budget_gauge, charts.budget_note
+    assert not gauge.isTextVisible()  # nothing in the bar to run over its fill or be clipped
+    qtbot.waitUntil(lambda: note.height() >= note.heightForWidth(note.width()))  # laid out: never clipped
+    words = QTextDocument()
+    words.setDefaultFont(note.font())
+    words.setDocumentMargin(0)
+    words.setHtml(note.text())
+    assert words.idealWidth() <= note.contentsRect().width()  # one line, no wrap
+    assert note.height() < 2 * note.fontMetrics().lineSpacing()
+    assert gauge.height() >= gauge.sizeHint().height()
+    row = [charts.budget_title, gauge, note, charts.clear_button]
+    for left, right in zip(row, row[1:], strict=False):
+        assert left.geometry().right() < right.geometry().left()
 
 
 def test_a_change_of_k_mid_run_is_marked_in_the_charts_and_the_text(qtbot, make_window):
