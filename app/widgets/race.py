@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QSize, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -54,6 +54,8 @@ DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", "#0072B2"
 LANE_TITLES = {PLAIN: "Plain autoregressive decoding (target only)", SPECULATIVE: "Speculative decoding"}
 CHANGED_BACKGROUND = {False: "#ffe08a", True: "#6b5200"}  # light / dark theme: a token strict greedy did not emit
 DIVERGENCE_COLOUR = "#D55E00"  # the underline of the first divergence
+LINE_GLYPH, BAR_GLYPH = "━━", "▇"  # the race charts' keys
+TITLE_SIZE = "10pt"  # as the run charts' titles
 
 
 class RaceTimeline:
@@ -103,12 +105,9 @@ class LanePanel(QGroupBox):
     def __init__(self, lane: str, parent=None) -> None:
         super().__init__(LANE_TITLES[lane], parent)
         self.lane = lane
-        self.stream = QPlainTextEdit()
+        self.stream = _LaneText()
         self.stream.setReadOnly(True)
         self.stream.setUndoRedoEnabled(False)
-        self.stream.setMinimumHeight(80)
-        # No height wish of its own: in a scrolling dock the lanes share what is left, the charts stay in view.
-        self.stream.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         # The text lays out after it is inserted: follow the newest tokens whenever the scroll range grows.
         self.stream.verticalScrollBar().rangeChanged.connect(lambda _low, _high: self.follow_newest())
         self.clock = QLabel()
@@ -220,30 +219,55 @@ class LanePanel(QGroupBox):
         return self.stream.toPlainText()
 
 
+class _LaneText(QPlainTextEdit):
+    """A lane's token text: it wishes for no more than its minimum height, so in a scrolling dock the lanes
+    share what is left and the charts stay in view. Its preferred height is that minimum, not nothing (an
+    Ignored policy): the scroll area sizes the view by its preferred height for its width, which then fell
+    short of the minimum, and the lane's word-wrapped note (`LanePanel.diff_legend`) was drawn over the text."""
+
+    MIN_HEIGHT = 80
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setMinimumHeight(self.MIN_HEIGHT)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self.MIN_HEIGHT)
+
+
 class RaceCharts(pg.GraphicsLayoutWidget):
     """Tokens against each lane's clock, and the speculative lane's draft / verify time per pass."""
+
+    MIN_HEIGHT = 120
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setBackground(None)
-        self.setMinimumHeight(120)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        self.progress = self.addPlot(row=0, col=0, title="Tokens against each lane's own clock")
+        self.setMinimumHeight(self.MIN_HEIGHT)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # Each plot's key is in its title, never over its data: the plots are a few lines high.
+        self.keys = {"progress": [(LANE_COLOURS[lane], LINE_GLYPH, lane) for lane in LANES],
+                     "timing": [(DRAFT_COLOUR, BAR_GLYPH, "draft"), (VERIFY_COLOUR, BAR_GLYPH, "verify")]}
+        self.progress = self.addPlot(row=0, col=0)
+        self.progress.setTitle(keyed_title("Tokens against each lane's own clock", self.keys["progress"]),
+                               size=TITLE_SIZE)
         self.progress.setLabel("bottom", "s")
         self.progress.setLabel("left", "tokens")
-        self.progress.addLegend(offset=(5, 5))
         self.progress.showGrid(x=True, y=True, alpha=0.2)
-        self.curves = {lane: self.progress.plot(pen=pg.mkPen(LANE_COLOURS[lane], width=2), name=lane)
-                       for lane in LANES}
-        self.timing = self.addPlot(row=0, col=1, title="Speculative passes: draft + verify time")
+        self.curves = {lane: self.progress.plot(pen=pg.mkPen(LANE_COLOURS[lane], width=2)) for lane in LANES}
+        self.timing = self.addPlot(row=0, col=1)
+        self.timing.setTitle(keyed_title("Time per speculative pass", self.keys["timing"]), size=TITLE_SIZE)
         self.timing.setLabel("bottom", "pass")
         self.timing.setLabel("left", "ms")
-        self.timing.addLegend(offset=(5, 5))
-        self.draft_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=DRAFT_COLOUR, name="draft")
-        self.verify_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=VERIFY_COLOUR, name="verify")
+        self.draft_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=DRAFT_COLOUR)
+        self.verify_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=VERIFY_COLOUR)
         for bars in (self.draft_bars, self.verify_bars):
             self.timing.addItem(bars)
         self.reset()
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self.MIN_HEIGHT)  # as the lanes' text: no wish beyond its minimum
 
     def reset(self) -> None:  # not clear(): GraphicsLayoutWidget binds that name to its layout's clear
         self.points: dict[str, list[tuple[float, int]]] = {lane: [(0.0, 0)] for lane in LANES}
@@ -402,6 +426,13 @@ class RaceView(QWidget):
 
     def lane_text(self, lane: str) -> str:
         return self.lanes[lane].text
+
+
+def keyed_title(title: str, entries: list[tuple[str, str, str]]) -> str:
+    """A plot's title followed by its key: a coloured glyph and a name per (colour, glyph, name)."""
+    key = "&nbsp;&nbsp;".join(f"<span style='color:{colour}'>{glyph}</span>&nbsp;{html.escape(name)}"
+                              for colour, glyph, name in entries)
+    return f"{html.escape(title)}&nbsp;&nbsp;&nbsp;{key}"
 
 
 def verdict_line(result: RaceResult) -> str:
