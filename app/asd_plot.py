@@ -69,27 +69,70 @@ class _Labels:
         self.placed.append((x, y))
         return True
 
-    def anchor(self, point: dict) -> tuple[int, int]:
-        """Above and to the right of the point; to the left near the right edge, where it would be cut off."""
-        return (1, 1) if point["relative_tokens_per_s"] > self.right_edge else (0, 1)
+    def anchor(self, point: dict) -> tuple[float, float]:
+        """Above and to the right of the point, a little clear of it and of the line that leaves it (frontier
+        lines run right and down); near the right edge, where it would be cut off, to the left and below, clear
+        of the line that comes in from the upper left."""
+        return (1, -LABEL_GAP) if point["relative_tokens_per_s"] > self.right_edge else (0, 1 + LABEL_GAP)
 
 
-def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
+LABEL_GAP = 0.3  # a point label's distance from its point, as a share of the label's height
+Z_LABELS, Z_MARKS = 5, 6  # labels over every line and point; the stars, the cross and the rings over the labels
+
+
+def legend_item(ink="k", paper="w"):
+    """An empty legend for a layout (the plot's, or a view of its own beside the plot): solid, one entry a line.
+    Its layout cell sizes and places it, as any layout item."""
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QSizePolicy
+
+    class LaidOutLegend(pg.LegendItem):
+        def updateSize(self) -> None:  # LegendItem would move itself to (0, 0) of its parent; ask for a new size
+            self.updateGeometry()
+
+    legend = LaidOutLegend(offset=None, pen=pg.mkPen(ink, width=1), brush=pg.mkBrush(paper), labelTextColor=ink,
+                           verSpacing=-4)
+    legend.layout.setContentsMargins(6, 4, 8, 4)
+    legend.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)  # its own size, never stretched
+    return legend
+
+
+def _side_legend(plot, ink, paper):
+    """A legend in a column of its own right of the plot's data area (the plot's layout makes room for it), so
+    it covers no point at any size."""
+    from PySide6.QtCore import Qt
+
+    legend = legend_item(ink, paper)
+    plot.layout.addItem(legend, 2, 3)  # the data area's row, past the (hidden) right axis
+    plot.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
+    plot.layout.setColumnSpacing(2, 8)
+    return legend
+
+
+def draw_frontier(plot, data: dict, ink="k", label_points: int = 8, paper="w", legend=None) -> list:
     """Draw the sweep `data` into the pyqtgraph PlotItem `plot` (axes, points, frontiers, defaults, legend).
 
-    `ink` colours the outlines and the strict-greedy cross (a colour pyqtgraph accepts); `label_points` is the
-    font size of the B/g/M labels on the frontier points. Returns the default points (dicts of `data`), for a
-    caller that marks them further."""
+    `ink` colours the outlines, the strict-greedy cross and the legend's text and frame, `paper` the legend's and
+    the labels' background (colours pyqtgraph accepts); `label_points` is the font size of the B/g/M labels on the
+    frontier points (in the application's font). The legend is `legend` (a `legend_item` the caller shows
+    elsewhere, beside the plot), else the plot's, else a new one right of the data area: never over the points.
+    Returns the default points (dicts of `data`), for a caller that marks them further."""
     import pyqtgraph as pg
-    from PySide6.QtGui import QFont
+    from PySide6.QtGui import QColor, QFont
 
     plot.setLabel("bottom", "tokens/s relative to strict greedy")
-    plot.setLabel("left", "Δ mean log p per token vs greedy (nats)")
+    plot.setLabel("left", "Δ log p per token (nats)")
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)
     plot.getViewBox().setDefaultPadding(0.08)
     plot.showGrid(x=True, y=True, alpha=0.25)
-    legend = plot.legend or plot.addLegend(offset=(10, -10))  # bottom left, below the fast, faithful corner
+    if legend is None:
+        legend = plot.legend or _side_legend(plot, ink, paper)
+    plot.legend = legend  # PlotItem.addItem(..., name=...) and removeItem keep it up to date
+    font = QFont()  # the application's font, as the rest of the window
+    font.setPointSize(label_points)
+    label_fill = QColor(pg.mkColor(paper))
+    label_fill.setAlpha(200)  # lines under a label show faintly, never through its text
     points = data["points"]
     labelled = _Labels(points)
     all_defaults = []
@@ -107,20 +150,25 @@ def draw_frontier(plot, data: dict, ink="k", label_points: int = 8) -> list:
                   symbolSize=8, symbolBrush=pg.mkBrush(*colour), symbolPen=None, name=f"{drafter} frontier")
         for p in filter(labelled.claim, front):
             label = pg.TextItem(f"B={p['budget_text']} g={p['gate']:g} M={p['cap']}", color=colour,
-                                anchor=labelled.anchor(p))
-            label.setFont(QFont("", label_points))
+                                anchor=labelled.anchor(p), fill=pg.mkBrush(label_fill))
+            label.textItem.document().setDocumentMargin(1)  # the fill hugs the text: it hides little of a line
+            label.setFont(font)
             label.setPos(p["relative_tokens_per_s"], p["log_prob_delta"])
+            label.setZValue(Z_LABELS)
             plot.addItem(label)
         defaults = [p for p in mine if p["is_default"]]
         all_defaults += defaults
         if defaults:
-            plot.addItem(pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in defaults],
-                                            [p["log_prob_delta"] for p in defaults], symbol="star", size=18,
-                                            pen=pg.mkPen(ink), brush=pg.mkBrush(*colour)))
+            stars = pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in defaults],
+                                       [p["log_prob_delta"] for p in defaults], symbol="star", size=18,
+                                       pen=pg.mkPen(ink), brush=pg.mkBrush(*colour))
+            stars.setZValue(Z_MARKS)
+            plot.addItem(stars)
     greedy = pg.ScatterPlotItem([1.0], [0.0], symbol="x", size=16, pen=pg.mkPen(ink, width=2), brush=pg.mkBrush(ink))
+    greedy.setZValue(Z_MARKS)
     plot.addItem(greedy)
     legend.addItem(greedy, "strict greedy (1, 0)")
-    star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen(ink), brush=pg.mkBrush("w"))
+    star = pg.ScatterPlotItem([], [], symbol="star", size=14, pen=pg.mkPen(ink), brush=pg.mkBrush(paper))
     legend.addItem(star, "defaults B=8 g=0.25 M=2")
     return all_defaults
 

@@ -3,8 +3,8 @@
 Reads the JSON that `python -m app bench --asd --json FILE` writes (app/engine/asd_sweep.py; the committed one is
 docs/asd-frontier.json) and draws it with app/asd_plot.py's `draw_frontier`: x = tokens/s relative to strict greedy
 with the same drafter, y = mean log-probability delta per token against it (docs/ALGORITHMS.md §5.6), one colour per
-drafter, the defaults as stars. The drafter panel's current (B, g, M) are mirrored in read-only labels and ringed
-on the sweep's points measured at those knobs.
+drafter, the defaults as stars; the key stands at the top of the side column, off the points. The drafter panel's
+current (B, g, M) are mirrored in read-only labels and ringed on the sweep's points measured at those knobs.
 
 A run in the window is not placed on the x axis: its speed relative to strict greedy needs a strict run on the same
 prompt, which the window does not make. After an ASD run the caption gives what it did measure instead (tokens
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 import app
-from app.asd_plot import draw_frontier
+from app.asd_plot import Z_MARKS, draw_frontier, legend_item
 from app.engine.events import AsdSummary
 from app.engine.settings import AsdSettings
 from app.widgets import scrolled
@@ -51,6 +51,16 @@ class AsdTradeoffView(QWidget):
         self.plot_widget.setBackground(None)
         self.plot_widget.setMinimumSize(320, 160)  # the dock does not scroll: the side column does
         self.plot = self.plot_widget.getPlotItem()
+        # The key beside the plot, at the top of the side column: over the plot it would hide points.
+        self.legend = legend_item(ink=self.palette().text().color(), paper=self.palette().window().color())
+        self.legend_view = pg.GraphicsLayoutWidget()
+        self.legend_view.setBackground(None)
+        self.legend_view.setFrameShape(QFrame.Shape.NoFrame)
+        self.legend_view.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.legend_view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.legend_view.ci.setContentsMargins(0, 0, 0, 0)
+        self.legend_view.ci.addItem(self.legend)
+        self.legend_view.ci.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.message = QLabel()
         self.message.setObjectName("asdSweepMessage")
         self.message.setWordWrap(True)
@@ -71,6 +81,7 @@ class AsdTradeoffView(QWidget):
         side = QVBoxLayout()
         title = QLabel("<b>Knobs</b> (edit them in Drafters and verification)")
         title.setWordWrap(True)
+        side.addWidget(self.legend_view)
         side.addWidget(title)
         side.addLayout(knobs)
         side.addWidget(self.at_knobs)
@@ -106,17 +117,20 @@ class AsdTradeoffView(QWidget):
             return self._none(f"{path} is not a sweep JSON ({error})")
         self.data, self.path = data, path
         self.plot.clear()
-        if self.plot.legend is not None:
-            self.plot.legend.clear()
+        self.legend.clear()
         try:
-            draw_frontier(self.plot, data, ink=self.palette().text().color(), label_points=7)
+            draw_frontier(self.plot, data, ink=self.palette().text().color(), label_points=7,
+                          paper=self.palette().window().color(), legend=self.legend)
         except (KeyError, TypeError) as error:
             return self._none(f"{path} lacks a field of a sweep point ({error})")
         self._rings = pg.ScatterPlotItem([], [], symbol="o", size=26, brush=None,
                                          pen=pg.mkPen(self.palette().text().color(), width=2))
+        self._rings.setZValue(Z_MARKS)  # over the points' labels
         self.plot.addItem(self._rings)
-        self.plot.legend.addItem(self._rings, "at the panel's knobs")
-        self.plot.legend.setColumnCount(2)  # three rows: the legend covers fewer points
+        self.legend.addItem(self._rings, "at the panel's knobs")
+        key = self.legend.effectiveSizeHint(Qt.SizeHint.PreferredSize)
+        self.legend_view.setFixedHeight(math.ceil(key.height()) + 2)  # the whole key, with its frame
+        self.legend_view.show()
         self.plot_widget.show()
         self.caption.show()
         self.message.hide()
@@ -131,6 +145,7 @@ class AsdTradeoffView(QWidget):
         self.data, self.path = None, None
         self.plot.clear()
         self.plot_widget.hide()
+        self.legend_view.hide()
         self.caption.hide()
         self.source.setText("")
         self.message.setText(NO_SWEEP.format(why=why))

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import QPointF
+from PySide6.QtWidgets import QApplication
 
+from app.asd_plot import draw_frontier
 from app.engine.events import AsdSummary
 from app.widgets.asd_tradeoff import DEFAULT_SWEEP, AsdTradeoffView
 
@@ -90,3 +95,68 @@ def test_frontier_labels_never_print_over_each_other_and_stay_inside_the_plot(qt
         assert all(abs(x - u) >= width or abs(y - v) >= height for u, v in spots[:i])
     rightmost = max(labels, key=lambda label: label.pos().x())
     assert rightmost.anchor.x() == 1  # written to the left of the fastest point, not past the edge
+
+
+def _frontier_plot(qtbot, size: tuple[int, int]):
+    """The committed sweep drawn by draw_frontier into a plot of its own, as the PNG is (legend in the plot)."""
+    widget = pg.PlotWidget()
+    _kept.append(widget)  # alive until the test ends
+    qtbot.addWidget(widget)
+    widget.resize(*size)
+    draw_frontier(widget.getPlotItem(), json.loads(DEFAULT_SWEEP.read_text()))
+    widget.show()
+    qtbot.waitUntil(lambda: widget.getPlotItem().getViewBox().width() > 0)
+    return widget.getPlotItem()
+
+
+_kept: list = []
+
+
+@pytest.fixture(autouse=True)
+def _release_plots():
+    yield
+    _kept.clear()
+
+
+@pytest.mark.parametrize("size", [(1100, 700), (700, 300)])
+def test_the_legend_stands_beside_the_points_on_a_solid_background(qtbot, size):
+    plot = _frontier_plot(qtbot, size)
+    legend, box = plot.legend, plot.getViewBox()
+    qtbot.waitUntil(lambda: legend.sceneBoundingRect().left() > box.sceneBoundingRect().right())
+    assert not legend.sceneBoundingRect().intersects(box.sceneBoundingRect())  # covers no point at any size
+    assert legend.brush().color().alpha() == 255
+    names = [label.text for _sample, label in legend.items]
+    assert "strict greedy (1, 0)" in names and "draft-model frontier" in names
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1600, 1000)])
+def test_in_the_window_the_legend_is_in_the_side_column_and_the_y_title_shows_whole(fake_window, qtbot, size):
+    window = fake_window
+    window.resize(*size)
+    window.asd_dock.show()
+    window.asd_dock.raise_()
+    view = window.asd_view
+    qtbot.waitUntil(lambda: view.plot_widget.isVisible() and view.legend_view.isVisible())
+    assert view.legend.scene() is not view.plot.scene()  # not over the plot
+    assert view.legend_view.height() >= view.legend.geometry().height()  # the whole key shows
+    assert [label.text for _sample, label in view.legend.items][-1] == "at the panel's knobs"
+    axis = view.plot.getAxis("left")
+    assert axis.labelText == "Δ log p per token (nats)"
+    qtbot.waitUntil(lambda: axis.height() > 0)
+    assert axis.label.boundingRect().width() <= axis.height()  # the rotated title is not cut
+
+
+@pytest.mark.parametrize("size", [(700, 300), (1300, 500)])
+def test_point_labels_are_in_the_window_font_and_their_own_line_never_crosses_them(qtbot, size):
+    plot = _frontier_plot(qtbot, size)
+    labels = [item for item in plot.items if isinstance(item, pg.TextItem)]
+    assert labels and all(label.textItem.font().family() == QApplication.font().family() for label in labels)
+    frontiers = [curve for curve in plot.listDataItems() if curve.name()]
+    lines = {curve.opts["pen"].color().name(): curve.getData() for curve in frontiers}
+    for label in labels:  # over every line, on a fill: another drafter's line passes under it, not through it
+        assert label.fill.color().alpha() > 0 and label.zValue() > max(curve.zValue() for curve in frontiers)
+        box = label.mapRectToView(label.boundingRect())
+        xs, ys = lines[label.color.name()]
+        for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:], strict=False):
+            for t in np.linspace(0.0, 1.0, 200):
+                assert not box.contains(QPointF(x0 + t * (x1 - x0), y0 + t * (y1 - y0))), label.textItem.toPlainText()
