@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QTabBar,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -47,7 +48,7 @@ from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
 from app.widgets.race import RaceView
 from app.widgets.speed import SpeedControl
-from app.widgets.status import RunStatusBar
+from app.widgets.status import RunStatusBar, short_model_name
 from app.widgets.theory import TheoryExplorer
 from app.widgets.token_view import TokenView
 from app.worker import ModelLoadThread
@@ -131,33 +132,43 @@ class MainWindow(QMainWindow):
         column.addWidget(self.token_view, 1)
         self.setCentralWidget(central)
 
-    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea,
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea | None = None,
               scroll: bool = True) -> QDockWidget:
         """A dock holding `widget`, in a scroll area unless it scrolls itself: no panel's minimum size may
-        push the window past a small screen (1024x700)."""
+        push the window past a small screen (1024x700). Without an `area` it is placed by `_tabify`."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name)  # saveState/restoreState key
         dock.setWidget(scrolled(widget) if scroll else widget)
-        self.addDockWidget(area, dock)
+        if area is not None:
+            self.addDockWidget(area, dock)
         return dock
 
     def _build_docks(self) -> None:
-        self.controls_dock = self._dock("Prompt", "promptDock", self.controls, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters,
-                                        Qt.DockWidgetArea.RightDockWidgetArea)
+        left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
+        self.controls_dock = self._dock("Prompt", "promptDock", self.controls, left)
+        self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters, right)
         self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea,
                                       scroll=False)  # its grid of plots scrolls inside, below a minimum height
-        bottom, right = Qt.DockWidgetArea.BottomDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
-        self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector, bottom)
-        self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory, bottom)
-        self.race_dock = self._dock("Race", "raceDock", self.race_view, bottom)
-        self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, bottom, scroll=False)  # side scrolls
-        self.guide_dock = self._dock("Guide", "guideDock", self.guide, right)
-        for dock in (self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock):
-            self.tabifyDockWidget(self.charts_dock, dock)
-        self.tabifyDockWidget(self.drafters_dock, self.guide_dock)
+        self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector)
+        self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory)
+        self.race_dock = self._dock("Race", "raceDock", self.race_view)
+        self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
+        self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
+        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
+        self._tabify(self.drafters_dock, self.guide_dock)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
+
+    def _tabify(self, first: QDockWidget, *others: QDockWidget) -> None:
+        """Tab `others` behind `first`, which is in an area already.
+
+        Each of `others` is placed here only, never added to an area first, and the window's layout is clean
+        before the first tab: otherwise Qt lays the window out again while it makes the group's tab bar, and
+        that nested layout makes a second bar for the same group, which shows as a grey block over the text
+        until the event loop deletes it."""
+        self.layout().activate()
+        for dock in others:
+            self.tabifyDockWidget(first, dock)
 
     def _build_toolbar(self) -> None:
         """Teaching controls: step mode, Step (one pass), Run (continue), Race, Guide."""
@@ -302,7 +313,7 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, message: str) -> None:
         self._queued_run = None
         self.status.end_load_progress()
-        kept = f" Still using {self.summary.target_name}." if self.summary is not None else ""
+        kept = f" Still using {short_model_name(self.summary.target_name)}." if self.summary is not None else ""
         self.show_message(f"Could not load the models: {message}{kept}", error=True)
 
     def cancel_load(self) -> bool:
@@ -315,7 +326,7 @@ class MainWindow(QMainWindow):
         queued, self._queued_run = self._queued_run is not None, None
         self.status.end_load_progress()
         if self.summary is not None:
-            text = f"Load cancelled; still using {self.summary.target_name}."
+            text = f"Load cancelled; still using {short_model_name(self.summary.target_name)}."
             if queued:
                 text += " The run you queued was not started: press Generate to run on these models."
         else:
@@ -561,7 +572,7 @@ class MainWindow(QMainWindow):
         """Every dock back where it starts: shown, docked, tabbed, at its default size."""
         for dock in self.findChildren(QDockWidget):
             dock.setFloating(False)
-        self.restoreState(self._default_state)
+        self._restore_dock_state(self._default_state)
         for dock in self.findChildren(QDockWidget):
             dock.show()
         self.charts_dock.raise_()
@@ -594,7 +605,19 @@ class MainWindow(QMainWindow):
         if layout.geometry is not None:
             self.restoreGeometry(layout.geometry)
         if layout.state is not None:
-            self.restoreState(layout.state)
+            self._restore_dock_state(layout.state)
+
+    def _restore_dock_state(self, state: QByteArray) -> bool:
+        """restoreState, and hide the tab bars it replaced: Qt gives every tabbed group a bar that no group held
+        before and retires the old ones only when the layout is next applied (deletes them when the event loop
+        next runs); until then they would show where their groups were. A bar with no tabs is no group's."""
+        old = [bar for bar in self.findChildren(QTabBar, options=Qt.FindChildOption.FindDirectChildrenOnly)
+               if bar.count() > 0]
+        if not self.restoreState(state):
+            return False  # the old layout and its bars stay
+        for bar in old:
+            bar.hide()
+        return True
 
     def _restore_controls(self, controls: SavedControls) -> None:
         self.controls.prompt.setPlainText(controls.prompt)

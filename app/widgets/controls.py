@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
-    QHBoxLayout,
+    QGridLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -18,9 +18,32 @@ from PySide6.QtWidgets import (
 from app.widgets.fields import spin_box
 
 MAX_TOKENS_LIMIT = 100_000
+PROMPT_MIN_LINES = 4  # the editor's least height, in lines of text
 CHAT_TEMPLATE_TIP = "Wrap the prompt in the tokenizer's chat template (instruction-tuned models)"
 NO_CHAT_TEMPLATE_TIP = ("The loaded models have no chat template (they are not chat models): "
                         "the prompt is continued as it is")
+
+
+class PromptEdit(QPlainTextEdit):
+    """The prompt editor: asks for no more height than its minimum (a few lines) and takes whatever the panel
+    has left (its stretch). The editor's usual hint (about 190 px) would push the buttons and fields under it
+    out of a 1024x700 window's dock."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        frame = 2 * (self.frameWidth() + int(self.document().documentMargin()))
+        self.setMinimumHeight(PROMPT_MIN_LINES * self.fontMetrics().lineSpacing() + frame)
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the Classroom layout's larger font: a few larger lines
+            self._fit_height()
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self.minimumHeight())
 
 
 class ControlsPanel(QWidget):
@@ -34,7 +57,7 @@ class ControlsPanel(QWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.prompt = QPlainTextEdit()
+        self.prompt = PromptEdit()
         self.prompt.setPlaceholderText("Type a prompt, then press Ctrl+Enter")
         self.prompt.setObjectName("prompt")
         self.generate_button = QPushButton("Generate")
@@ -58,10 +81,13 @@ class ControlsPanel(QWidget):
         self.set_running(False)
 
     def _layout(self) -> None:
-        buttons = QHBoxLayout()
-        for button in (self.generate_button, self.stop_button, self.pause_button, self.step_button):
-            buttons.addWidget(button)
+        """Two buttons a row and labels that go above their fields when narrow: the panel fits its dock's
+        default width (330 px) with room to spare, so it never scrolls sideways."""
+        buttons = QGridLayout()
+        for i, button in enumerate((self.generate_button, self.stop_button, self.pause_button, self.step_button)):
+            buttons.addWidget(button, i // 2, i % 2)
         form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         form.addRow("Max new tokens", self.max_tokens)
         form.addRow("Seed", self.seed)
         form.addRow(self.chat_template)

@@ -107,20 +107,23 @@ def _prompt_rows() -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
-def _bar(width: int, colour: str, text: str = "") -> str:
-    return f"<td width='{width}' bgcolor='{colour}' style='color:white'>{html.escape(text)}</td>"
+def _bar(percent: int, colour: str, text: str = "") -> str:
+    return f"<td width='{percent}%' bgcolor='{colour}' style='color:white'>{html.escape(text)}</td>"
 
 
 def _forward_diagram() -> str:
-    """One forward of 1 token against one of K + 1 = 5 tokens: the same weight reading, a little more arithmetic."""
+    """One forward of 1 token against one of K + 1 = 5 tokens: the same weight reading, a little more arithmetic.
+
+    Widths are shares of the page, each label above its bar, so the diagram narrows with the dock (a page
+    wider than its dock would scroll sideways)."""
     rows = []
-    for label, compute in (("plain step: 1 token", 6), ("verify K + 1 = 5 tokens", 30)):
-        rows.append(f"<tr><td>{label}</td><td><table cellspacing='0' cellpadding='2'><tr>"
-                    f"{_bar(300, '#0072B2', 'read every weight from memory')}{_bar(compute, '#E69F00')}"
-                    "</tr></table></td><td>≈ 1 forward</td></tr>")
-    legend = ("<tr><td></td><td><span style='color:#0072B2'>■</span> memory traffic (fixed) "
-              "<span style='color:#E69F00'>■</span> arithmetic (grows with the tokens)</td><td></td></tr>")
-    return "<table cellspacing='4'>" + "".join(rows) + legend + "</table>"
+    for label, compute in (("plain step: 1 token", 2), ("verify K + 1 = 5 tokens", 10)):
+        rows.append(f"<p>{label} ≈ 1 forward</p><table width='100%' cellspacing='0' cellpadding='2'><tr>"
+                    f"{_bar(80, '#0072B2', 'read every weight from memory')}{_bar(compute, '#E69F00')}"
+                    f"<td width='{20 - compute}%'></td></tr></table>")
+    legend = ("<p><span style='color:#0072B2'>■</span> memory traffic (fixed) "
+              "<span style='color:#E69F00'>■</span> arithmetic (grows with the tokens)</p>")
+    return "".join(rows) + legend
 
 
 DRAFTER_TEXT = {

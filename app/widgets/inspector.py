@@ -2,7 +2,7 @@
 
 At the top: previous / next pass buttons, the pass header and the draft
 block as a row of coloured tokens. On the left a table with one row per
-drafted position (p(x), q(x), the target's argmax, the verdict; under
+drafted position (the verdict, then p(x), q(x) and the target's argmax; under
 sampling also p/q, min(1, p/q) and u, under ASD the checks with the suffix
 value v_i = K − i) and a last row for the token the target appended; under
 it, for the selected row under sampling, a 0–1 strip with min(1, p/q)
@@ -59,10 +59,25 @@ P_COLOUR = "#0072B2"  # target
 Q_COLOUR = "#E69F00"  # drafter
 R_COLOUR = "#009E73"  # residual
 HIGHLIGHT_PEN = pg.mkPen("#000000", width=2.5)
-COLUMNS = ("#", "token", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "target argmax", "regret r",
-           "v_i = K−i", "r / v_i  vs g", "mismatches vs M", "C_i vs rem", "verdict")
-(COL_POS, COL_TOKEN, COL_P, COL_Q, COL_RATIO, COL_ACCEPT, COL_U, COL_TARGET, COL_REGRET, COL_SUFFIX, COL_GATE,
- COL_CAP, COL_COST, COL_VERDICT) = range(len(COLUMNS))
+# the verdict right after the token, then the numbers behind it: the verdict stays in view in a narrow dock
+# (1024x700) where the sampling or ASD columns scroll sideways
+COLUMNS = ("#", "token", "verdict", "p(x)", "q(x)", "p/q", "min(1, p/q)", "u", "argmax", "regret r",
+           "v_i = K−i", "r / v_i vs g", "mism. vs M", "C_i vs rem")
+(COL_POS, COL_TOKEN, COL_VERDICT, COL_P, COL_Q, COL_RATIO, COL_ACCEPT, COL_U, COL_TARGET, COL_REGRET, COL_SUFFIX,
+ COL_GATE, COL_CAP, COL_COST) = range(len(COLUMNS))
+COLUMN_TIPS = {
+    COL_VERDICT: "What the verification did with this drafted token",
+    COL_P: "p(x): the target's probability of the drafted token",
+    COL_Q: "q(x): the drafter's probability of the drafted token",
+    COL_ACCEPT: "The chance of keeping the draft under sampling: kept iff u ≤ min(1, p/q)",
+    COL_U: "The uniform draw of the sampling test",
+    COL_TARGET: "The target's argmax at this position (✓: the drafted token)",
+    COL_REGRET: "ASD regret: the target's top logit minus the drafted token's logit",
+    COL_SUFFIX: "ASD suffix value v_i = K − i: the drafts from this position on",
+    COL_GATE: "ASD gate: a mismatch is kept only if r / v_i ≤ g",
+    COL_CAP: "ASD cap: the block's mismatches so far against M",
+    COL_COST: "ASD budget: the block's regret so far against rem = B − s at the block's start",
+}
 SAMPLING_ONLY = (COL_RATIO, COL_ACCEPT, COL_U)  # under greedy / ASD, p/q decides nothing
 ASD_ONLY = (COL_REGRET, COL_SUFFIX, COL_GATE, COL_CAP, COL_COST)
 OTHERS = "others"  # the residual mass of every token without a bar (short: a long tick label is dropped)
@@ -212,6 +227,8 @@ class PassInspector(QWidget):
     def _build_table(self) -> QTableWidget:
         table = QTableWidget(0, len(COLUMNS))
         table.setHorizontalHeaderLabels(COLUMNS)
+        for col, tip in COLUMN_TIPS.items():
+            table.horizontalHeaderItem(col).setToolTip(tip)
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
