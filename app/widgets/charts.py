@@ -21,8 +21,13 @@ plot's width and long bar series are binned, so a paint stays the same size at
 
 Each plot has its legend under it, as a compact table of text (never over the
 curves, never clipped), and a minimum height; the grid scrolls when the dock
-is smaller than that. A raised tab redraws what arrived while it was behind
-(`on_visibility_changed`). Vertical markers show where the drafter, K or rule
+is smaller than that. The grid reflows to the dock's width: three plots to a
+row when they fit beside each other at their minimum widths, else two, else
+one (the Classroom layout's larger text in a small window), and it tells its
+scroll area the minimum size of the arrangement it shows, so a plot is never
+drawn past the dock's edge: the area scrolls to it instead, sideways only
+when not even one plot fits across. A raised tab redraws what arrived while
+it was behind (`on_visibility_changed`). Vertical markers show where the drafter, K or rule
 changed mid-run (`Session.changes`).
 """
 
@@ -33,7 +38,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QFrame,
@@ -58,6 +63,7 @@ MAX_BARS = 500  # more passes than this are drawn as bins of consecutive passes 
 LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title
 MIN_ROW_PX = 200  # a row of plots (title, plot, axis, legend) never gets less; the grid scrolls instead
 MIN_DOCK_PX = 200  # the charts never collapse to nothing in a small window
+MAX_COLUMNS = 3  # plots to a row when the dock is wide enough; fewer when it is not
 SETTLE_ROWS = 8  # the first passes' estimates are noisy: a spike there does not set a y range for good
 BASE_TEXT_PT = 9.0
 GAUGE_PX = 120  # the ASD budget bar (its figures are in words beside it)
@@ -80,15 +86,18 @@ class RunCharts(QWidget):
         self._drawn_rows = [-1] * PLOT_COUNT  # series size each plot last showed
         self._markers: list[list[pg.InfiniteLine]] = [[] for _ in range(PLOT_COUNT)]  # per plot: change markers
         self._text_scale = 1.0
+        self._cells: list[pg.GraphicsLayout] = []  # each plot with its legend, in reading order
+        self.columns = MAX_COLUMNS  # plots to a row, as laid out now
         self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground(None)
-        self.layout_widget.setMinimumHeight(2 * MIN_ROW_PX)
-        self._build_plots()
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._build_plots()
         self.scroll.setWidget(self.layout_widget)
+        self.scroll.installEventFilter(self)  # its width sets the number of plots to a row
+        self._reflow()
         self._build_gauge()
         self.clear_button = QPushButton("Clear charts")
         self.clear_button.clicked.connect(self.clear)
@@ -104,9 +113,11 @@ class RunCharts(QWidget):
         self.setMinimumHeight(MIN_DOCK_PX)
 
     # --- construction -------------------------------------------------------------
-    def _plot(self, row: int, col: int, title: str, y_label: str) -> pg.PlotItem:
-        cell = self.layout_widget.addLayout(row=row, col=col)
+    def _plot(self, title: str, y_label: str) -> pg.PlotItem:
+        index = len(self._cells)
+        cell = self.layout_widget.addLayout(row=index // MAX_COLUMNS, col=index % MAX_COLUMNS)
         cell.setContentsMargins(0, 0, 0, 0)
+        self._cells.append(cell)
         plot = cell.addPlot(row=0, col=0, title=title)
         plot.setLabel("bottom", "pass")
         plot.setLabel("left", y_label)
@@ -133,7 +144,7 @@ class RunCharts(QWidget):
         return curve
 
     def _build_plots(self) -> None:
-        self.alpha_plot = self._plot(0, 0, "α = accepted / tested, per pass", "α")
+        self.alpha_plot = self._plot("α = accepted / tested, per pass", "α")
         self.alpha_plot.setYRange(0, 1, padding=0.02)
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
         self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
@@ -141,14 +152,14 @@ class RunCharts(QWidget):
                                           pen=pg.mkPen(OVERALL_COLOUR, width=1, style=Qt.PenStyle.DotLine))
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
-        self.tokens_plot = self._plot(0, 1, "Tokens per pass vs E(α, K)", "tokens")
+        self.tokens_plot = self._plot("Tokens per pass vs E(α, K)", "tokens")
         self.tokens_bars = self.tokens_plot.plot(stepMode="center", fillLevel=0, pen=pg.mkPen("#0072B2"),
                                                  brush=pg.mkBrush(0, 114, 178, 90))
         self.tokens_plot.legend_entries.append(("#0072B2", "▇", "committed"))
         self.tokens_theory = self._line(self.tokens_plot, DASHED, "E(α, K); a tree: 1 + Σ P(node)",
                                         pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
 
-        self.ledger_plot = self._plot(0, 2, "ASD regret ledger", "regret")
+        self.ledger_plot = self._plot("ASD regret ledger", "regret")
         self.ledger_spent = self._line(self.ledger_plot, SOLID, "spent", pen=pg.mkPen("#CC79A7", width=2))
         self.ledger_budget = self._line(self.ledger_plot, DASHED, "budget B",
                                         pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DashLine))
@@ -158,10 +169,10 @@ class RunCharts(QWidget):
         self.ledger_note = pg.TextItem("ASD off", color="#777777", anchor=(0.5, 0.5))
         self.ledger_plot.getViewBox().addItem(self.ledger_note, ignoreBounds=True)
 
-        self.speed_plot = self._plot(1, 0, "Throughput", "tokens/s")
+        self.speed_plot = self._plot("Throughput", "tokens/s")
         self.tokens_per_s = self._line(self.speed_plot, SOLID, "tokens/s", pen=pg.mkPen("#009E73", width=2))
 
-        self.speedup_plot = self._plot(1, 1, "Speedup: estimated vs predicted", "×")
+        self.speedup_plot = self._plot("Speedup: estimated vs predicted", "×")
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
         self.speedup_estimated = self._line(self.speedup_plot, SOLID, "estimated (tokens × t_T / time)",
                                             pen=pg.mkPen("#0072B2", width=2))
@@ -199,6 +210,8 @@ class RunCharts(QWidget):
         if note:
             lines.append(f"<i>{html.escape(note)}</i>")
         plot.legend_label.setText("<br>".join(lines), size=f"{BASE_TEXT_PT * self._text_scale:.1f}pt")
+        if len(self._cells) == PLOT_COUNT:  # built: a wider legend may need another arrangement
+            self._reflow()
 
     def set_text_scale(self, scale: float) -> None:
         """Titles, axes and legends at `scale` times the normal size (the Classroom layout)."""
@@ -214,7 +227,68 @@ class RunCharts(QWidget):
                 axis.label.setFont(font)
             plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * scale))
             self._show_legend(plot, self._alpha_note() if plot is self.alpha_plot else "")
-        self.layout_widget.setMinimumHeight(int(2 * MIN_ROW_PX * scale))
+        self._reflow()
+
+    # --- reflowing the grid -----------------------------------------------------------
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.scroll and event.type() == QEvent.Type.Resize:
+            self._reflow()
+        return super().eventFilter(watched, event)
+
+    def grid_minimum(self, columns: int) -> QSize:
+        """The smallest size of the grid with `columns` plots to a row: every plot and legend at its minimum
+        size, with the grid's spacing and margins, and MIN_ROW_PX (scaled) a row at least."""
+        grid = self.layout_widget.ci.layout
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._cells]
+        rows = -(-len(minimum) // columns)
+        widths = [max(size.width() for size in minimum[col::columns]) for col in range(columns)]
+        heights = [max(size.height() for size in minimum[row * columns:(row + 1) * columns]) for row in range(rows)]
+        left, top, right, bottom = grid.getContentsMargins()
+        width = sum(widths) + grid.horizontalSpacing() * (columns - 1) + left + right
+        height = max(sum(heights) + grid.verticalSpacing() * (rows - 1) + top + bottom,
+                     rows * MIN_ROW_PX * self._text_scale)
+        frame = 2 * self.layout_widget.frameWidth()
+        return QSize(int(np.ceil(width)) + frame, int(np.ceil(height)) + frame)
+
+    def _fitting_columns(self) -> int:
+        """The most plots to a row that fit across the scroll area, less its vertical scroll bar when the
+        grid is taller than the area (one when not even one fits: then the area scrolls sideways)."""
+        room = self.scroll.contentsRect().size()
+        bar = self.scroll.verticalScrollBar().sizeHint().width()
+        for columns in range(MAX_COLUMNS, 1, -1):
+            need = self.grid_minimum(columns)
+            if need.width() <= room.width() - (bar if need.height() > room.height() else 0):
+                return columns
+        return 1
+
+    def _reflow(self) -> None:
+        """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
+        arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""
+        columns = self._fitting_columns()
+        if columns != self.columns:
+            self.columns = columns
+            layout = self.layout_widget.ci
+            grid = layout.layout
+            for cell in self._cells:
+                grid.removeAt(next(i for i in range(grid.count()) if grid.itemAt(i) is cell))
+            layout.rows, layout.items = {}, {}
+            for index, cell in enumerate(self._cells):
+                row, col = divmod(index, columns)
+                grid.addItem(cell, row, col)
+                layout.rows.setdefault(row, {})[col] = cell
+                layout.items[cell] = [(row, col)]
+        minimum = self.grid_minimum(self.columns)
+        if minimum != self.layout_widget.minimumSize():
+            self.layout_widget.setMinimumSize(minimum)
+
+    def cell_rects(self) -> list[QRect]:
+        """Each plot with its title, axes and legend, in the grid widget's pixels (for layout tests)."""
+        view = self.layout_widget
+        return [view.mapFromScene(QRectF(cell.sceneBoundingRect())).boundingRect() for cell in self._cells]
+
+    def plot_cells(self) -> list[tuple[int, int]]:
+        """(row, column) of each plot in the grid, in reading order (for tests)."""
+        return [self.layout_widget.ci.items[cell][0] for cell in self._cells]
 
     def _alpha_note(self) -> str:
         return "per drafter: solid rolling (16 passes), dashed cumulative" if self.drafter_curves else ""

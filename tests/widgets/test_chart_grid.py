@@ -1,0 +1,101 @@
+"""The run charts reflow to their dock's width: three plots to a row when they fit, else two, else one, and the
+grid tells its scroll area its real minimum size, so no plot is drawn past the dock's edge (the Classroom layout's
+larger text at 1024x700 included); the normal layout at 1600x1000 keeps three to a row."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from app.main_window import CLASSROOM_FONT_SCALE
+from app.widgets.charts import PLOT_COUNT, RunCharts
+from tests.widgets.fakes import FakeEngine
+from tests.widgets.helpers import run_to_end
+from tests.widgets.test_window_layout import shown_window
+
+THREE_TO_A_ROW = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+def assert_every_plot_reachable(charts: RunCharts) -> None:
+    """Every plot lies within the grid widget, which the scroll area shows whole or scrolls through."""
+    grid, area = charts.layout_widget, charts.scroll
+    for rect in charts.cell_rects():
+        assert grid.rect().contains(rect), (rect, grid.rect())
+    assert grid.width() - area.viewport().width() == area.horizontalScrollBar().maximum()
+    assert grid.height() - area.viewport().height() == area.verticalScrollBar().maximum()
+    # Honest: the grid is never smaller than what its plots and legends need.
+    needed = grid.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)
+    assert grid.minimumWidth() >= needed.width() and grid.minimumHeight() >= needed.height()
+
+
+def charts_at(qtbot, width: int, scale: float) -> RunCharts:
+    charts = RunCharts()
+    qtbot.addWidget(charts)
+    charts.set_text_scale(scale)
+    charts.resize(width, 400)
+    charts.show()
+    QApplication.processEvents()
+    return charts
+
+
+def test_classroom_charts_fit_the_dock_at_1024x700_after_an_asd_run(qtbot, make_window):
+    window = shown_window(make_window, (1024, 700), FakeEngine())
+    window.classroom_action.trigger()
+    window.settings_model.use(verify="asd")
+    window.controls.prompt.setPlainText("x")
+    window.controls.max_tokens.setValue(40)
+    run_to_end(qtbot, window)
+    charts = window.charts
+    qtbot.waitUntil(lambda: set(charts.point_counts().values()) == {len(window.session.passes)})
+    QApplication.processEvents()
+    assert charts.budget_state == "on" and charts.ledger_spent.getData()[0] is not None
+    assert charts.columns == 2  # reflowed, not squeezed
+    assert charts.scroll.horizontalScrollBar().maximum() == 0  # no sideways scrolling
+    assert_every_plot_reachable(charts)
+    ledger = charts.cell_rects()[2]
+    assert ledger.right() < charts.scroll.viewport().width()  # the ledger is no longer drawn past the edge
+    assert min(charts.plot_heights()) > 0
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1600, 1000)])
+def test_normal_layout_keeps_three_plots_to_a_row(qtbot, make_window, size):
+    window = shown_window(make_window, size, FakeEngine())
+    charts = window.charts
+    assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert charts.scroll.horizontalScrollBar().maximum() == 0
+    assert_every_plot_reachable(charts)
+
+
+def test_grid_reflows_to_the_width_and_scrolls_sideways_only_below_one_plot(qtbot):
+    charts = charts_at(qtbot, 1600, CLASSROOM_FONT_SCALE)
+    assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert_every_plot_reachable(charts)
+    for width, columns in ((1010, 2), (560, 1)):
+        charts.resize(width, 400)
+        QApplication.processEvents()
+        assert charts.columns == columns
+        assert charts.plot_cells() == [divmod(i, columns) for i in range(PLOT_COUNT)]  # reading order
+        assert charts.scroll.horizontalScrollBar().maximum() == 0
+        assert_every_plot_reachable(charts)
+    charts.resize(300, 400)  # not even one plot fits across: the area scrolls sideways to it
+    QApplication.processEvents()
+    assert charts.columns == 1 and charts.scroll.horizontalScrollBar().maximum() > 0
+    assert_every_plot_reachable(charts)
+    charts.resize(1600, 400)
+    QApplication.processEvents()
+    assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert_every_plot_reachable(charts)
+
+
+def test_normal_text_keeps_three_to_a_row_where_the_classroom_text_takes_two(qtbot):
+    charts = charts_at(qtbot, 1024, 1.0)
+    assert charts.columns == 3
+    charts.set_text_scale(CLASSROOM_FONT_SCALE)
+    QApplication.processEvents()
+    assert charts.columns == 2
+    assert_every_plot_reachable(charts)
+    charts.set_text_scale(1.0)
+    QApplication.processEvents()
+    assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert_every_plot_reachable(charts)
