@@ -184,7 +184,8 @@ def build_parser() -> CommandLineParser:
     bench.add_argument("--quick", action="store_true",
                        help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
                             "methods; rough figures, not a measurement")
-    bench.add_argument("--prompts", help="JSON prompt set (default: the committed assets/bench/prompts.json)")
+    bench.add_argument("--prompts", help="JSON prompt set: a list like the committed assets/bench/prompts.json (the "
+                       "default), or a held-out set like tools/demo_training/heldout_prompts.json")
     bench.add_argument("--only", action="append",
                        help="run only these methods besides ours:autoregressive; repeat for more (default: all)")
     bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")

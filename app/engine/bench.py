@@ -87,8 +87,17 @@ class MethodResult:
     repeats_tokens_per_s: list[float] = field(default_factory=list)
 
 
+HELD_OUT_MAX_NEW_TOKENS = 128  # a held-out prompt set names no token limit: the demo family's evaluation length
+
+
 def load_prompts(path: Path = PROMPTS_FILE) -> list[BenchPrompt]:
-    return [BenchPrompt(**entry) for entry in json.loads(Path(path).read_text())]
+    """The bench's prompt list, or a held-out prompt set (`{"prompts": [{"id", "domain", "text"}]}`, as in
+    tools/demo_training/heldout_prompts.json), whose prompts run to HELD_OUT_MAX_NEW_TOKENS."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict):
+        return [BenchPrompt(name=entry["id"], kind=entry["domain"], prompt=entry["text"],
+                            max_new_tokens=HELD_OUT_MAX_NEW_TOKENS) for entry in data["prompts"]]
+    return [BenchPrompt(**entry) for entry in data]
 
 
 def quick_prompts(prompts: list[BenchPrompt], count: int = QUICK_PROMPTS,

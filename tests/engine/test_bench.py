@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,15 @@ def test_committed_prompt_set_has_code_and_prose():
     prompts = bench.load_prompts()
     assert {p.kind for p in prompts} == {"code", "prose"}
     assert len({p.max_new_tokens for p in prompts}) > 1
+
+
+def test_the_held_out_prompt_set_loads_as_bench_prompts():
+    path = Path(__file__).resolve().parents[2] / "tools" / "demo_training" / "heldout_prompts.json"
+    entries = json.loads(path.read_text())["prompts"]
+    prompts = bench.load_prompts(path)
+    assert [(p.name, p.kind, p.prompt) for p in prompts] == [(e["id"], e["domain"], e["text"]) for e in entries]
+    assert {p.kind for p in prompts} == {"code", "prose"}
+    assert all(p.max_new_tokens == bench.HELD_OUT_MAX_NEW_TOKENS for p in prompts)
 
 
 def test_quick_prompts_take_one_of_each_kind_and_fewer_tokens():
