@@ -45,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see train_demo_models.py
     import torch
     from demo_training.config import full_config
-    from demo_training.corpus import split_documents
     from demo_training.evaluation import evaluate_folder
-    from demo_training.model_card import recorded_prose_source
+    from demo_training.model_card import heldout_split
     from demo_training.python_docs import PythonDocsMissing
     from transformers.utils import logging as transformers_logging
 
@@ -55,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     transformers_logging.disable_progress_bar()
     config = full_config()  # evaluation sizes: the same in every family's configuration
     blocks = args.eval_blocks or config.eval_blocks_per_domain
-    prose_source = args.prose_source or recorded_prose_source(args.models) or "pydoc"
-    print(f"[evaluate] held-out prose: {prose_source}", file=sys.stderr, flush=True)
     try:
-        split = split_documents(prose_source=prose_source, docs_dir=args.docs_dir)
+        prose_source, split = heldout_split(args.models, args.prose_source, args.docs_dir, "evaluate")
     except PythonDocsMissing as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -50,10 +50,10 @@ from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
 from tools.demo_training.checkpoint import atomic_write_text  # noqa: E402
-from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit, split_documents  # noqa: E402
+from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
-from tools.demo_training.model_card import recorded_prose_source  # noqa: E402
+from tools.demo_training.model_card import heldout_split  # noqa: E402
 from tools.demo_training.python_docs import PythonDocsMissing  # noqa: E402
 
 LEARNED = ("medusa", "mtp", "eagle", "dflash")
@@ -269,10 +269,9 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     models = load_models(args.target, args.draft, device="cpu", dtype="float32", heads=args.heads)
     names = [n for n in BASELINES + LEARNED if n in models.available_drafters]
-    prose_source = args.prose_source or recorded_prose_source(Path(args.target or DEMO_DIR)) or "pydoc"
-    print(f"[measure] held-out prose: {prose_source}", file=sys.stderr, flush=True)
     try:
-        split = split_documents(prose_source=prose_source, docs_dir=args.docs_dir)
+        prose_source, split = heldout_split(Path(args.target or DEMO_DIR), args.prose_source, args.docs_dir,
+                                            "measure")
     except PythonDocsMissing as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

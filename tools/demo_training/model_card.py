@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from .checkpoint import atomic_write_json, atomic_write_text
@@ -23,6 +24,16 @@ RUN_ARGUMENTS = {"v2": "", "v3": " --run v3", "full": " --run v1", "gpu": " --ru
 
 def rebuild_command(run_name: str) -> str:
     return REBUILD_COMMAND + RUN_ARGUMENTS.get(run_name, "")
+
+
+def heldout_split(folder: Path, prose_source: str | None, docs_dir: Path | None, tool: str):
+    """(prose source, corpus split) a measuring tool compares a family on: `prose_source`, else the one `folder`
+    records, else pydoc. Raises PythonDocsMissing (with the install command) when the documentation is missing."""
+    from .corpus import split_documents
+
+    source = prose_source or recorded_prose_source(folder) or "pydoc"
+    print(f"[{tool}] held-out prose: {source}", file=sys.stderr, flush=True)
+    return source, split_documents(prose_source=source, docs_dir=docs_dir)
 
 
 def write_playground_json(folder: Path, exit_depth: int, seed: int, prose_source: str = "pydoc") -> None:
