@@ -53,7 +53,7 @@ NAN = math.nan
 
 PASS_COLUMNS = (
     "pass", "k", "drafted", "accepted", "committed", "alpha_cum", "alpha_roll", "acceptance_rate",
-    "expected_tokens", "ledger_spent", "budget", "exceptions", "draft_ms", "verify_ms", "total_ms",
+    "expected_tokens", "ledger_spent", "budget", "exceptions", "draft_ms", "verify_ms", "total_ms", "prompt_tokens",
     "tokens_per_s", "c", "verify_cost", "speedup_estimated", "speedup_predicted", "speedup_predicted_verify",
 )
 
@@ -230,6 +230,7 @@ class Session(QObject):
             "ledger_spent": event.ledger.spent, "budget": event.ledger.budget,
             "exceptions": event.ledger.exceptions, "draft_ms": event.timing.draft_ms,
             "verify_ms": event.timing.verify_ms, "total_ms": event.timing.total_ms,
+            "prompt_tokens": event.timing.prompt_tokens,
             "tokens_per_s": stats.tokens_per_s, "c": c, "verify_cost": v,
             "speedup_estimated": stats.estimated_speedup,
             "speedup_predicted": None if alpha is None or c is None else predicted_speedup(alpha, k, c),

@@ -112,6 +112,7 @@ class CachedModel:
         least = compiled_capacity(model) if self.execution.compiles else MIN_CAPACITY  # one capacity compiled
         self._static = StaticKV(model, least) if self.execution.cache == "static" and problem is None else None
         self._compiled_step = None  # the compiled forward, made at its first use
+        self.last_fed = 0  # tokens fed by the last `extend`
         self.reset()
 
     @property
@@ -150,6 +151,10 @@ class CachedModel:
     def length(self) -> int:
         return self.ids.numel()
 
+    def holds(self, ids: torch.Tensor) -> bool:
+        """Whether the cache holds exactly `ids` (N,)."""
+        return self.length == ids.numel() and torch.equal(self.ids, ids)
+
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens."""
         self.drop_tail()
@@ -173,14 +178,17 @@ class CachedModel:
     def extend(self, new_ids: torch.Tensor, output_hidden_states: bool = False, last: int | None = None):
         """Feed `new_ids` (T,) after the cached tokens; logits (T, V) float32 (and hidden states).
 
-        With `last`, only the logits of the last `last` fed tokens are needed: models that take
-        `logits_to_keep` then skip the head for the other rows (T may come back smaller than T).
+        With `last`, only the logits of the last `last` fed tokens come back, (min(last, T), V): models that take
+        `logits_to_keep` skip the head for the other rows.
         """
         self.drop_tail()
         start = self.length
+        self.last_fed = new_ids.numel()
         positions = torch.arange(start, start + new_ids.numel(), device=self.device)
         hidden = output_hidden_states or bool(self.feature_layers)
         logits, states = self._forward(new_ids, positions, None, hidden, last, slot=start)
+        if last is not None:
+            logits = logits[-last:]
         self.ids = torch.cat([self.ids, new_ids.cpu()])
         if self.feature_layers:
             fresh = [states[i] for i in self.feature_layers]  # each (T, H)
@@ -239,7 +247,7 @@ class CachedModel:
                     static.seek(start)
             if out is None:
                 out = self._step(*inputs, keep=keep)
-        logits = out.logits[0, :rows][-last:] if compiled and last is not None else out.logits[0, :rows]
+        logits = out.logits[0, :rows]  # `extend` keeps the last rows asked for
         states = tuple(h[0, :rows] for h in out.hidden_states) if hidden else ()
         if compiled and self.device.type == "cuda":  # a captured graph's outputs are overwritten by its next replay
             logits, states = logits.clone(), tuple(h.clone() for h in states)

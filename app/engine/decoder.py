@@ -8,6 +8,11 @@ logits (K'+1, V), accepts a prefix of length `a` by the verification rule
 token, and crops the target cache back to N + a'. `pass_events.py` turns the
 block into the pass's event.
 
+A request starts with nothing fed: its first chain pass reads the prompt in the
+same forward as its own rows (`Timing.prompt_tokens`), as `generate` does; what
+needs the target's cache before a pass (timed forwards, a drafter's target
+features, a tree) feeds it first, outside the pass's draft time.
+
 A chain pass waits for the device once: everything the rule and the event need
 from the verification forward is gathered there and read back in one transfer
 (`_read_block`), and the drafts reach the device before that forward is queued
@@ -184,8 +189,6 @@ class SpeculativeDecoder:
         reason: EndReason | None = None
         error: Exception | None = None
         try:
-            self._prefill(req)
-            yield from self._drain_notices(req)
             while reason is None:
                 if not control.wait_for_turn():
                     reason = "stopped"
@@ -198,9 +201,14 @@ class SpeculativeDecoder:
             reason, error = "error", self._describe_failure(exc)
         yield self._end_event(req, reason, error, time.perf_counter() - started)
 
-    def _prefill(self, req: _Request) -> None:
-        if req.ids.numel() > 1:
-            self.target.advance_to(req.ids[:-1], last=1)  # only the cache is wanted
+    def _prefill(self, req: _Request) -> int:
+        """Feed the committed tokens but the last, for what needs the target's cache before a pass (its timed
+        forwards, its features for a drafter, a tree); how many were fed. A chain pass needs none: its forward
+        reads whatever the cache lacks, the prompt in a cold request's first pass."""
+        if req.ids.numel() < 2 or self.target.holds(req.ids[:-1]):
+            return 0
+        self.target.advance_to(req.ids[:-1], last=1)  # only the cache is wanted
+        return self.target.last_fed
 
     def forget_caches(self) -> None:
         """Drop the target's and the drafters' caches: the next generation starts cold, sharing no prefix
@@ -238,6 +246,8 @@ class SpeculativeDecoder:
             self._timed_forward_ms = self._timed_forward_ms or self._time_one_token_forwards(req)
             for ms in self._timed_forward_ms:
                 req.stats.add_forward(ms)
+        if k:  # a drafter's features of the prompt are computed before the clock starts: no draft time
+            self._keep_target_features(req, settings)
         clock = PassClock(self.models.device)
         sampler = TokenSampler(settings.sampling if settings.verify == "sample" else None, req.generator,
                                settings.repetition, req.ids)
@@ -247,18 +257,19 @@ class SpeculativeDecoder:
         clock.mark_drafted()
         x = draft.tokens.to(self.models.device)  # (K',) copied before the forward is queued, not after it
         fed = torch.cat([req.ids, draft.tokens]) if len(draft) else req.ids
+        self.target.crop(req.ids.numel() - 1)  # an earlier request's cache may hold the drafts: they are fed anyway
         logits = self.target.advance_to(fed, last=len(draft) + 1)
-        if logits.shape[0] != len(draft) + 1:
-            logits = logits[-(len(draft) + 1):]  # (K'+1, V)
         if sampler.repetition.active:  # each row for its own context (§4.5)
             logits = sampler.process(logits, [x[:i] for i in range(len(draft) + 1)])
         clock.mark_verified()
+        prompt_tokens = self.target.last_fed - (len(draft) + 1)  # > 0 in a cold request's first pass
         p = sampler.probs(logits)  # (K'+1, V): warped under sampling, plain softmax otherwise
         block = self._read_block(draft, x, p, self._verify(req, settings, x, draft.q, logits, p))
         commit, reason = self._clip(req, settings, block)
         self.target.crop(req.ids.numel() + commit.kept)
         asd = self._charge_ledger(req, settings, block.verdict, commit.kept)
-        event = self._pass_event(req, settings, block, commit, asd, clock, drafter_name, k)
+        event = self._pass_event(req, settings, block, commit, asd, clock, drafter_name, k,
+                                 prompt_tokens=prompt_tokens)
         return self._commit(req, settings, event, len(draft), block.verdict.n_accepted, reason)
 
     def _tree_pass(self, req: _Request, settings: DecodeSettings, depth: int, budget: int, sampler: TokenSampler,
@@ -267,8 +278,7 @@ class SpeculativeDecoder:
         tree mask, keep the accepted path's cache entries (§9)."""
         tree, drafter_name = self._draft_tree(req, settings, depth, budget, sampler)
         clock.mark_drafted()
-        if self.target.length != req.ids.numel() - 1:
-            self.target.advance_to(req.ids[:-1], last=1)
+        prompt_tokens = self._prefill(req)
         logits = self.target.extend_tree(torch.cat([req.ids[-1:], tree.tokens]), verification_parents(tree))  # (n+1, V)
         clock.mark_verified()
         if sampler.repetition.active:  # each row for its own path (§4.5)
@@ -284,7 +294,7 @@ class SpeculativeDecoder:
         self.target.keep_path([0] + [row_of(node) for node in verdict.path[: commit.kept]])
         nodes = tree_nodes(req.detok, tree, verdict, host, commit.kept) if len(tree) else None
         event = self._pass_event(req, settings, block, commit, None, clock, drafter_name, depth, nodes,
-                                 verdict.path[: commit.kept] if nodes else None)
+                                 verdict.path[: commit.kept] if nodes else None, prompt_tokens)
         return self._commit(req, settings, event, len(block.drafts), verdict.n_accepted, reason)
 
     def _commit(self, req: _Request, settings: DecodeSettings, event: PassEvent, drafted: int, accepted: int,
@@ -326,8 +336,7 @@ class SpeculativeDecoder:
         """
         timed = []
         n = req.ids.numel()
-        if self.target.length != n - 1:
-            self._prefill(req)
+        self._prefill(req)
         if self.target.compiled:  # a compiled step's first call compiles it: that is no sample of t_T
             self.target.advance_to(req.ids)
             self.target.crop(n - 1)
@@ -377,6 +386,7 @@ class SpeculativeDecoder:
                     self._drop_drafter(req, name, exc)
         if tuple(sorted(needed)) != self.target.feature_layers:
             self.target.keep_features(needed)
+        if needed:  # the drafters read the target's features of every committed token but the last
             self._prefill(req)
 
     def _features_for(self, drafter: Drafter) -> list[torch.Tensor] | None:
@@ -474,12 +484,13 @@ class SpeculativeDecoder:
 
     def _pass_event(self, req: _Request, settings: DecodeSettings, block: VerifiedBlock, commit: Commit,
                     asd: AsdBlockStart | None, clock: PassClock, drafter_name: str | None, k: int,
-                    tree: tuple[TreeNode, ...] | None = None, path: tuple[int, ...] | None = None) -> PassEvent:
+                    tree: tuple[TreeNode, ...] | None = None, path: tuple[int, ...] | None = None,
+                    prompt_tokens: int = 0) -> PassEvent:
         texts, appended_text = token_texts(req.detok, block, commit)
         drafted = drafted_tokens(block, commit, texts)
         appended = appended_token(block, commit, appended_text)
         detail = pass_detail(block, commit, asd)
-        timing = clock.timing()  # the whole pass, event building included
+        timing = clock.timing(prompt_tokens)  # the whole pass, event building included
         req.stats.add_pass(drafted, len(commit.ids(block)), timing, tree)
         req.passes += 1
         ledger = Ledger(req.spent, 0.0 if asd is None else asd.settings.budget, req.exceptions)

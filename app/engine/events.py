@@ -95,6 +95,9 @@ class Timing:
     draft_ms: float
     verify_ms: float
     total_ms: float  # wall time of the whole pass, engine bookkeeping included
+    # Committed tokens the verification forward also read: the prompt, in a request's first pass on a cold cache
+    # (its verify time is then no sample of one forward of its own rows).
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)

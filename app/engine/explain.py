@@ -398,5 +398,6 @@ def _appended(event: PassEvent) -> list[str]:
 def _cost(event: PassEvent) -> str:
     committed = len(event.committed_ids)
     timing = event.timing
-    return (f"The pass committed {_count(committed, 'token')} for one target forward "
+    prompt = f", which also read the prompt's {_count(timing.prompt_tokens, 'token')}" if timing.prompt_tokens else ""
+    return (f"The pass committed {_count(committed, 'token')} for one target forward{prompt} "
             f"({timing.total_ms:.1f} ms: {timing.draft_ms:.1f} ms drafting, {timing.verify_ms:.1f} ms verifying).")

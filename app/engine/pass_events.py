@@ -25,6 +25,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from app.engine import rowwise
 from app.engine.detok import StreamDetokenizer
 from app.engine.events import (
     ACCEPTED,
@@ -147,7 +148,7 @@ def _at(rows: Tensor, ids: Tensor) -> Tensor:
 
 def _top_reads(name: str, probs: Tensor) -> dict[str, Tensor]:
     """The INSPECT_TOP most probable tokens of each row of (R, V): values and ids, (R, T) each."""
-    values, ids = probs.topk(min(INSPECT_TOP, probs.shape[-1]), dim=-1)
+    values, ids = rowwise.topk(probs, INSPECT_TOP)
     return {f"{name}_values": values, f"{name}_ids": ids}
 
 
@@ -172,7 +173,8 @@ def residual_reads(p_row: Tensor, q_row: Tensor | None, x: Tensor, residual: Ten
     p_row = p_row.float()  # (V,)
     q_row = torch.zeros_like(p_row).index_fill(0, x, 1.0) if q_row is None else q_row.float()  # (V,)
     k = min(INSPECT_TOP, p_row.numel())
-    ids = torch.cat([p_row.topk(k).indices, q_row.topk(k).indices, residual.topk(k).indices, sampled])  # (3k+1,)
+    tops = rowwise.topk(torch.stack([p_row, q_row, residual.float()]), k)[1]  # (3, k)
+    ids = torch.cat([tops.reshape(-1), sampled])  # (3k+1,)
     outside = torch.ones_like(residual, dtype=torch.bool).index_fill(0, ids, False)  # (V,)
     return {"residual_ids": ids, "residual_p": p_row.index_select(0, ids), "residual_q": q_row.index_select(0, ids),
             "residual_r": residual.index_select(0, ids),
@@ -399,14 +401,14 @@ class PassClock:
         else:
             self.verified = self._now()
 
-    def timing(self) -> Timing:
-        """Stop the clock: draft, verify and whole-pass times in ms."""
+    def timing(self, prompt_tokens: int = 0) -> Timing:
+        """Stop the clock: draft, verify and whole-pass times in ms (`prompt_tokens`: see `Timing`)."""
         if self._events is None:
             done = self._now()
-            return Timing(draft_ms=1e3 * (self.drafted - self.start),
-                          verify_ms=1e3 * (self.verified - self.drafted), total_ms=1e3 * (done - self.start))
+            return Timing(draft_ms=1e3 * (self.drafted - self.start), verify_ms=1e3 * (self.verified - self.drafted),
+                          total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)
         done = time.perf_counter()
         started, drafted, verified = self._events
         verified.synchronize()  # complete already: the pass's read waited for the work queued before it
         return Timing(draft_ms=started.elapsed_time(drafted), verify_ms=drafted.elapsed_time(verified),
-                      total_ms=1e3 * (done - self.start))
+                      total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)

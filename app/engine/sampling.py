@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from app.engine import rowwise
 from app.engine.repetition import process_rows
 from app.engine.settings import RepetitionSettings, SamplingSettings
 
@@ -54,7 +55,7 @@ def _mask_top_k(z: Tensor, k: int) -> Tensor:
     """Set to -inf every logit below the k-th largest (ties with it are kept)."""
     if k <= 0 or k >= z.shape[-1]:
         return z
-    kth = torch.topk(z, k, dim=-1).values[..., -1:]  # (..., 1)
+    kth = rowwise.topk(z, k)[0][..., -1:]  # (..., 1)
     return z.masked_fill(z < kth, float("-inf"))
 
 
@@ -129,7 +130,7 @@ class TokenSampler:
     def pick(self, probs: Tensor) -> Tensor:
         """(..., V) probabilities -> (...) long token ids."""
         if self.settings is None:
-            return probs.argmax(dim=-1)
+            return rowwise.argmax(probs)
         flat = probs.reshape(-1, probs.shape[-1])  # (N, V)
         ids = torch.multinomial(flat, 1, generator=self.generator)  # (N, 1)
         return ids.reshape(probs.shape[:-1])

@@ -270,6 +270,9 @@ class GenerationStats:
         if drafted:
             self._drafted += len(tree) if tree else len(drafted)
             self._draft_ms += timing.draft_ms
+        if timing.prompt_tokens:  # the forward also read the prompt: no sample of t_T or of v
+            return
+        if drafted:
             self._drafting_passes += 1
             self._drafting_verify_ms += timing.verify_ms
         else:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from app.engine import rowwise
+
 ROOT = -1
 
 
@@ -232,7 +234,7 @@ class TreeVerdict:
 
 def verify_tree_greedy(tree: TreeDraft, logits: Tensor) -> TreeVerdict:
     """Strict greedy on a tree: the longest path of argmax matches; logits (n+1, V)."""
-    y = logits.argmax(dim=-1)  # (n+1,)
+    y = rowwise.argmax(logits)  # (n+1,)
     y_host = y.tolist()
     tokens = tree.tokens.tolist()
     path: list[int] = []
@@ -289,7 +291,7 @@ def verify_tree_sampling(tree: TreeDraft, p: Tensor, generator: torch.Generator)
         node = accepted
     final_row = residual if residual is not None else p[row_of(node)].float()
     next_token = int(torch.multinomial(final_row, 1, generator=generator))
-    target_ids = p.argmax(dim=-1)
+    target_ids = rowwise.argmax(p)
     return TreeVerdict(tuple(path), next_token, target_ids, tuple(tried), accept_prob, draws, residual)
 
 

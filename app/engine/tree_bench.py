@@ -64,7 +64,8 @@ def compare(models: LoadedModels, prompts: list[BenchPrompt], drafters: Sequence
         for budget in (None, *budgets):
             reps = runs[variant_name(drafter, budget)]
             method = summarise(variant_name(drafter, budget), reps, baseline_ids, k)
-            verify = [p.timing.verify_ms for rep in reps for run in rep for p in run.passes if p.drafted]
+            verify = [p.timing.verify_ms for rep in reps for run in rep for p in run.passes
+                      if p.drafted and not p.timing.prompt_tokens]
             result = TreeResult(drafter, budget, method.tokens_per_s, method.tokens_per_s / base,
                                 method.tokens_per_pass, method.expected_tokens_per_pass,
                                 statistics.median(verify) if verify else None, bool(method.identical))

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from app.engine import rowwise
 from app.engine.exact import to_host_float64
 
 
@@ -99,7 +100,7 @@ def fetch(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
     Tensors already on the CPU come back as they are; the others travel together (see `read_packed`).
     """
-    remote = {name: t for name, t in tensors.items() if t.device.type != "cpu"}
+    remote = {name: t for name, t in tensors.items() if not t.is_cpu}
     if not remote:
         return dict(tensors)
     copied = read_packed(remote)
@@ -179,7 +180,7 @@ def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> Verdict:
 def greedy_ruling(draft_ids: Tensor, target_logits: Tensor) -> Ruling:
     """§3 on the device: the target's argmax per row; the host counts the leading matches."""
     _check_block(draft_ids, target_logits, 1, "target_logits")
-    y = target_logits.argmax(dim=-1)  # (K+1,)
+    y = rowwise.argmax(target_logits)  # (K+1,)
 
     def finish(host: Mapping[str, Tensor]) -> Verdict:
         targets = host["target_ids"].tolist()  # (K+1,)
@@ -253,7 +254,7 @@ def sampling_ruling(draft_ids: Tensor, p: Tensor, q: Tensor | None, u: Tensor, g
                                   x.index_select(0, row))  # (V,)
         dist = torch.where(a == k, dist, residual)
     next_token = torch.multinomial(dist, 1, generator=generator)  # (1,)
-    target_ids = p.argmax(dim=-1)  # (K+1,)
+    target_ids = rowwise.argmax(p)  # (K+1,)
     rejection = None if row is None or residual is None else Rejection(row, next_token, residual)
 
     def finish(host: Mapping[str, Tensor]) -> Verdict:
@@ -294,7 +295,7 @@ def asd_ruling(draft_ids: Tensor, target_logits: Tensor, remaining: float, gate:
     """§5 in two steps: the device gathers y and the two logits per row; the host decides in float64."""
     k = _check_block(draft_ids, target_logits, 1, "target_logits")
     z = target_logits  # (K+1, V) on the device, in the logits' own dtype
-    y = z.argmax(dim=-1)  # (K+1,) first maximum; widening to float64 keeps every value, hence the same argmax
+    y = rowwise.argmax(z)  # (K+1,) first maximum; widening to float64 keeps every value, hence the same argmax
     x = draft_ids.long().to(z.device)  # (K,)
     top_and_draft = torch.stack([_at(z[:k], y[:k]), _at(z[:k], x)], dim=1)  # (K, 2): top_i, z_i[x_i]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from app.engine import rowwise
 from app.engine.sampling import TokenSampler
 from app.engine.tree import ROOT, TreeDraft, best_nodes, subtree
 
@@ -103,7 +104,7 @@ def _add_children(nodes: _Nodes, parent: int, q: Tensor, count: int, score: floa
     if count <= 0:
         return []
     if sampler.is_greedy:
-        values, ids = q.topk(min(count, q.numel()))
+        values, ids = rowwise.topk(q, count)
         picked = [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist(), strict=True) if v > 0]
     else:
         ids = torch.multinomial(q, count, replacement=True, generator=sampler.generator)
