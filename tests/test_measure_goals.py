@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.measure_goals import LOOP_THRESHOLD, loop_share, parses
+from tools.measure_goals import GOALS_HEADING, LOOP_THRESHOLD, goal_rows, loop_share, parses
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,10 @@ def test_tiny_families_side_by_side(tiny_llama, tmp_path):
     prompts.write_text(json.dumps({"prompts": [{"id": "c", "domain": "code", "text": "def add(a, b):"},
                                                {"id": "p", "domain": "prose", "text": "The quick brown"}]}))
     command = [sys.executable, "tools/measure_goals.py", "--family", f"a={family}", "--family", f"b={family}",
-               "--prompts", str(prompts), "--max-new-tokens", "12", "--repeats", "1", "--json", str(tmp_path / "o")]
+               "--prompts", str(prompts), "--max-new-tokens", "12", "--repeats", "1", "--json", str(tmp_path / "o"),
+               "--card", str(tmp_path / "CARD.md")]
+    old_card = f"# Card\n\n## Sizes\n\nsmall\n\n{GOALS_HEADING}\n\nold figures\n\n## Reproduce\n\nrun it\n"
+    (tmp_path / "CARD.md").write_text(old_card)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert process.returncode == 0, process.stderr[-3000:]
@@ -55,3 +58,24 @@ def test_tiny_families_side_by_side(tiny_llama, tmp_path):
     row = figures["all_prompts"]["draft-model"]
     assert row["accepted"] <= row["drafted"] and 1 <= row["tokens_per_pass"] <= 5
     assert figures["code_parses"].endswith("/1") and figures["continuations"]["c"]["tokens"] == 12
+    card = (tmp_path / "CARD.md").read_text()
+    assert "old figures" not in card and card.count(GOALS_HEADING) == 1  # replaced, not appended
+    assert "## Sizes\n\nsmall" in card and card.rstrip().endswith("run it")  # the other sections untouched
+    assert "**a**" in card and "**b**" in card and "| `draft-model` |" in card
+
+
+def _family(loop_free: str, parses_: str, alphas: dict, speedups: dict, folder: Path) -> dict:
+    clean = {name: {"alpha_tested": alphas.get(name), "acceptance_rate": 0.5, "speedup": speedups[name]}
+             for name in speedups}
+    return {"folder": str(folder), "prompts_free_of_loops": loop_free, "code_parses": parses_,
+            "prompts_free_of_loops_only": clean}
+
+
+def test_goals_are_met_only_at_their_bars(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"0" * 1000)
+    met = goal_rows(_family("8/10", "2/3", {"draft-model": 0.75, "eagle": 0.85},
+                            {"draft-model": 1.3, "eagle": 1.2, "medusa": 1.6}, tmp_path))
+    assert all(ok for _goal, _measured, ok in met), met
+    assert "1.60x (`medusa`)" in [measured for _g, measured, _ok in met]  # the best learned head counts
+    missed = goal_rows(_family("7/10", "1/3", {"draft-model": 0.749}, {"draft-model": 1.29}, tmp_path))
+    assert [ok for _goal, _measured, ok in missed] == [False, False, False, False, False, False, True]

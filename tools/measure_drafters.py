@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -49,11 +48,10 @@ from app.engine.events import EndEvent, PassEvent  # noqa: E402
 from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
-from tools.demo_training.checkpoint import atomic_write_text  # noqa: E402
 from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
-from tools.demo_training.model_card import heldout_split  # noqa: E402
+from tools.demo_training.model_card import heldout_split, upsert_section  # noqa: E402
 from tools.demo_training.python_docs import PythonDocsMissing  # noqa: E402
 
 LEARNED = ("medusa", "mtp", "eagle", "dflash")
@@ -211,17 +209,6 @@ def render_section(report: dict) -> str:
     lines += ["", "Every run's output equals autoregressive greedy decoding token for token. CPU timings on a "
               "machine shared with other jobs: compare rows with each other, not across machines.", ""]
     return "\n".join(lines)
-
-
-def upsert_section(card: Path, section: str) -> None:
-    """Replace the card's learned-drafters section, or append it; the rest of the card is untouched."""
-    text = card.read_text() if card.exists() else ""
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section
-    atomic_write_text(card, text.rstrip("\n") + "\n")
 
 
 WHAT = {"medusa": "residual heads on the last hidden state",

@@ -54,7 +54,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
-from tools.demo_training.evaluation import valid_python_lines  # noqa: E402
+from tools.demo_training.evaluation import folder_megabytes, valid_python_lines  # noqa: E402
+from tools.demo_training.model_card import upsert_section  # noqa: E402
 
 PROMPTS = REPO_ROOT / "tools" / "demo_training" / "heldout_prompts.json"
 DEFAULT_FAMILY = REPO_ROOT / "assets" / "models" / "demo"
@@ -63,6 +64,12 @@ K = 4
 LOOP_WINDOW = 64
 LOOP_MIN_N, LOOP_MAX_N = 4, 32
 LOOP_THRESHOLD = 0.5
+GOALS_HEADING = "## Goals on held-out prompts"
+LEARNED_HEADS = ("medusa", "mtp", "eagle", "dflash")
+# The family's goals (issue-level targets, measured on the loop-free prompts): (what, figure, bar).
+ALPHA_GOALS = (("draft-model", 0.75), ("eagle", 0.85))
+SPEEDUP_GOALS = (("draft model", ("draft-model",), 1.3), ("best learned head", LEARNED_HEADS, 1.6))
+MIN_LOOP_FREE, MIN_CODE_PARSES, MAX_FOLDER_MB = 0.8, 2 / 3, 60.0
 
 
 # ---- text quality -------------------------------------------------------------------------------
@@ -197,6 +204,65 @@ def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_ne
     return report
 
 
+# ---- model card ---------------------------------------------------------------------------------
+
+
+def _fraction(text: str) -> float:
+    done, total = (int(x) for x in text.split("/"))
+    return done / total if total else 0.0
+
+
+def _mark(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def goal_rows(family: dict) -> list[tuple[str, str, bool]]:
+    """(goal, measured, met) for one family's report."""
+    clean = family["prompts_free_of_loops_only"]
+    rows = [(f"prompts free of loops >= {MIN_LOOP_FREE:.0%}", family["prompts_free_of_loops"],
+             _fraction(family["prompts_free_of_loops"]) >= MIN_LOOP_FREE),
+            ("code continuations that parse >= 2 of 3", family["code_parses"],
+             _fraction(family["code_parses"]) >= MIN_CODE_PARSES - 1e-9)]
+    for drafter, bar in ALPHA_GOALS:
+        row = clean.get(drafter, {})
+        alpha = row.get("alpha_tested")
+        rows.append((f"`{drafter}` alpha >= {bar}", "–" if alpha is None else
+                     f"{alpha:.3f} (acceptance rate {row['acceptance_rate']:.3f})", alpha is not None and alpha >= bar))
+    for label, drafters, bar in SPEEDUP_GOALS:
+        measured = [(clean[d]["speedup"], d) for d in drafters if d in clean]
+        best = max(measured, default=None)
+        rows.append((f"{label} >= {bar}x autoregressive", "–" if best is None else f"{best[0]:.2f}x (`{best[1]}`)",
+                     best is not None and best[0] >= bar))
+    size = folder_megabytes(Path(family["folder"]))
+    rows.append((f"family folder <= {MAX_FOLDER_MB:.0f} MB", f"{size:.1f} MB", size <= MAX_FOLDER_MB))
+    return rows
+
+
+def render_goals_section(report: dict, command: str) -> str:
+    """The card's goals section: each family's goals, then the per-drafter figures on loop-free prompts."""
+    settings = report["settings"]
+    lines = [GOALS_HEADING, "",
+             f"Measured with `{command}` on {settings['prompts']} held-out prompts "
+             "(`tools/demo_training/heldout_prompts.json`, written for the project, never tuned on): greedy, "
+             f"K = {settings['k']}, {settings['max_new_tokens']} new tokens, {settings['threads']} torch thread, "
+             f"{settings['dtype']}, {settings['repeats']} interleaved repeats (medians); load average "
+             f"{report['load_average_before'][0]} before and {report['load_average_after'][0]} after. Loop metric: "
+             f"{settings['loop_metric']}. Acceptance and speed-ups count the prompts free of loops only. Every "
+             "drafter's output equalled autoregressive decoding token for token.", ""]
+    for name, family in report["families"].items():
+        lines += [f"**{name}** (`{family['folder']}`)", "", "| goal | measured | |", "|---|---|---|"]
+        lines += [f"| {goal} | {measured} | {_mark(met)} |" for goal, measured, met in goal_rows(family)]
+        lines += ["", "| method | alpha | acceptance rate | tokens per pass | tokens/s | speed-up |",
+                  "|---|---|---|---|---|---|"]
+        for method, row in family["prompts_free_of_loops_only"].items():
+            alpha, rate = row.get("alpha_tested"), row.get("acceptance_rate")
+            lines.append(f"| `{method}` | {'–' if alpha is None else f'{alpha:.3f}'} | "
+                         f"{'–' if rate is None else f'{rate:.3f}'} | {row.get('tokens_per_pass', 1.0):.2f} | "
+                         f"{row['tokens_per_s']:.1f} | {row['speedup']:.2f}x |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def parse_family(text: str) -> tuple[str, Path]:
     name, sep, folder = text.partition("=")
     if not sep:
@@ -219,6 +285,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--card", type=Path, default=None,
+                        help=f"write the goals into this model card's \"{GOALS_HEADING[3:]}\" section")
     return parser.parse_args(argv)
 
 
@@ -247,6 +315,9 @@ def main(argv=None) -> int:
     text = json.dumps(report, indent=2)
     if args.json is not None:
         args.json.write_text(text + "\n")
+    if args.card is not None:
+        upsert_section(args.card, render_goals_section(report, "python tools/measure_goals.py " + " ".join(
+            sys.argv[1:] if argv is None else argv)))
     print(text)
     return 0
 

@@ -83,6 +83,18 @@ def existing_drafter_section(card: Path) -> str | None:
     return match.group(1).strip()
 
 
+def upsert_section(card: Path, section: str) -> None:
+    """Replace the card's section headed by `section`'s first line ("## ..."), or append it; the rest stays."""
+    heading = section.split("\n", 1)[0]
+    text = card.read_text() if card.exists() else ""
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text)
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section
+    atomic_write_text(card, text.rstrip("\n") + "\n")
+
+
 def percent(value: float) -> str:
     return f"{100 * value:.1f} %"
 
