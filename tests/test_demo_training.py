@@ -400,3 +400,41 @@ def test_gpu_recipe_runs_on_cpu_at_quick_size_in_bfloat16(tmp_path, quiet_transf
     assert "bfloat16" in process.stderr  # the run says how it trains
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "draft")
     assert model.config.num_hidden_layers == 1
+
+
+def test_a_run_starts_its_target_from_another_runs_finished_target(tmp_path, monkeypatch):
+    """`target_init`: the second schedule starts from the first run's finished weights, and refuses to start
+    from a missing, unfinished or differently shaped one."""
+    import_demo_training()
+    import torch
+    from demo_training import build
+    from demo_training.config import ModelShape, quick_config
+
+    base = quick_config()
+    longer = dataclasses.replace(base, name="longer", target_init="quick")
+    monkeypatch.setitem(build.CONFIGS, "quick", quick_config)
+    run_dir = tmp_path / f"longer-{longer.target_fingerprint()}"
+    base_dir = tmp_path / f"quick-{base.target_fingerprint()}"
+    with pytest.raises(SystemExit, match="build it first"):
+        build.initial_target(run_dir, longer)
+    weights = {"w": torch.arange(4.0)}
+    base_dir.mkdir()
+    torch.save({"model": weights, "state": {"step": base.target_schedule.steps - 1}}, base_dir / "target.ckpt")
+    with pytest.raises(SystemExit, match="build it first"):  # unfinished
+        build.initial_target(run_dir, longer)
+    torch.save({"model": weights, "state": {"step": base.target_schedule.steps}}, base_dir / "target.ckpt")
+    assert torch.equal(build.initial_target(run_dir, longer)["w"], weights["w"])
+    assert build.initial_target(run_dir, base) is None  # no target_init: from scratch
+    wider = dataclasses.replace(longer, target=ModelShape(hidden_size=96, num_layers=3, num_heads=2,
+                                                          intermediate_size=128))
+    with pytest.raises(SystemExit, match="another shape"):
+        build.initial_target(run_dir, wider)
+
+
+def test_v3_long_continues_v3s_target_and_is_keyed_apart():
+    import_demo_training()
+    from demo_training.config import select_config
+
+    v3, longer = select_config("v3", quick=False), select_config("v3-long", quick=False)
+    assert longer.target_init == "v3" and longer.target == v3.target and longer.vocab_size == v3.vocab_size
+    assert longer.target_fingerprint() != v3.target_fingerprint()

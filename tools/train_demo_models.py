@@ -4,6 +4,7 @@
     python tools/train_demo_models.py                 # family v2 (~2 h on 2 cores) -> assets/models/demo/
     python tools/train_demo_models.py --run v1        # the previous family (~45 min)
     python tools/train_demo_models.py --run v3        # v2's data, a 16-layer target: cheaper drafters on a CPU
+    python tools/train_demo_models.py --run v3-long   # v3's target trained 1000 steps further (after --run v3)
     python tools/train_demo_models.py --run gpu --device cuda --dtype bfloat16   # GPU recipe
     python tools/train_demo_models.py --quick --out DIR   # ~1 minute miniature (tests)
 
@@ -29,7 +30,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RUNS = ("v1", "v2", "v3", "gpu")
+RUNS = ("v1", "v2", "v3", "v3-long", "gpu")
 
 
 def default_cache_dir() -> Path:
@@ -42,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", choices=RUNS, default="v2",
                         help="which family to build: v2 (default), v1 (the previous one), v3 (a deep, narrow "
-                        "target) or gpu (needs --device cuda)")
+                        "target), v3-long (v3's target trained further; build v3 first) or gpu (needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny corpus slice, tiny models, few steps (~1 minute)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "models" / "demo",
                         help="output folder (default: assets/models/demo)")

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer
 
 from .checkpoint import atomic_torch_save, atomic_write, atomic_write_json, load_if_exists
-from .config import END_OF_TEXT, RunConfig
+from .config import CONFIGS, END_OF_TEXT, RunConfig
 from .corpus import CorpusSplit, corpus_summary, split_documents
 from .data import PackedCorpus, pack_corpus
 from .evaluation import evaluate_folder
@@ -69,9 +69,28 @@ def cached_packed_corpus(run_dir: Path, tokenizer: Tokenizer, split: CorpusSplit
     return packed
 
 
+def initial_target(run_dir: Path, config: RunConfig) -> dict | None:
+    """The weights of the finished target this run's target starts from (`target_init`), or None: from scratch."""
+    if not config.target_init:
+        return None
+    init = CONFIGS[config.target_init](config.seed)
+    if (init.target, init.vocab_size, init.block_size) != (config.target, config.vocab_size, config.block_size):
+        raise SystemExit(f"run {config.name} starts from run {init.name}, whose target has another shape")
+    path = run_dir.parent / f"{init.name}-{init.target_fingerprint()}" / "target.ckpt"
+    saved = load_if_exists(path)
+    if saved is None or saved["state"]["step"] < init.target_schedule.steps:
+        raise SystemExit(f"run {config.name} starts from run {init.name}'s finished target: build it first "
+                         f"(python tools/train_demo_models.py --run {init.name})")
+    log(f"the target starts from run {init.name}'s ({path})")
+    return saved["model"]
+
+
 def train_target(run_dir: Path, packed: PackedCorpus, config: RunConfig, eot_id: int,
                  checkpoint_seconds: float, runtime: Runtime) -> tuple[torch.nn.Module, StageResult]:
     model = build_model(llama_config(config.target, config.vocab_size, config.block_size, eot_id), config.seed)
+    start = None if (run_dir / "target.ckpt").exists() else initial_target(run_dir, config)  # else it resumes
+    if start is not None:
+        model.load_state_dict(start)
     log(f"training target ({packed.train.shape[0]} blocks of {config.block_size} tokens)")
     result = train_stage("target", model, make_target_loss(config), packed.train,
                          config.target_schedule, config.seed, run_dir / "target.ckpt", checkpoint_seconds,
