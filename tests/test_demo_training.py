@@ -403,8 +403,8 @@ def test_gpu_recipe_runs_on_cpu_at_quick_size_in_bfloat16(tmp_path, quiet_transf
 
 
 def test_a_run_starts_its_target_from_another_runs_finished_target(tmp_path, monkeypatch):
-    """`target_init`: the second schedule starts from the first run's finished weights, and refuses to start
-    from a missing, unfinished or differently shaped one."""
+    """`target_init`: the second schedule starts from the first run's trained weights, and refuses to start
+    without them or from another shape; runs from scratch keep the keys they had before the field existed."""
     import_demo_training()
     import torch
     from demo_training import build
@@ -419,11 +419,11 @@ def test_a_run_starts_its_target_from_another_runs_finished_target(tmp_path, mon
         build.initial_target(run_dir, longer)
     weights = {"w": torch.arange(4.0)}
     base_dir.mkdir()
-    torch.save({"model": weights, "state": {"step": base.target_schedule.steps - 1}}, base_dir / "target.ckpt")
-    with pytest.raises(SystemExit, match="build it first"):  # unfinished
-        build.initial_target(run_dir, longer)
     torch.save({"model": weights, "state": {"step": base.target_schedule.steps}}, base_dir / "target.ckpt")
     assert torch.equal(build.initial_target(run_dir, longer)["w"], weights["w"])
+    (base_dir / "tokenizer.json").write_text("the base run's tokenizer")
+    build.share_init_data(run_dir, longer)  # the same token ids as the weights it starts from
+    assert (run_dir / "tokenizer.json").read_text() == "the base run's tokenizer"
     assert build.initial_target(run_dir, base) is None  # no target_init: from scratch
     wider = dataclasses.replace(longer, target=ModelShape(hidden_size=96, num_layers=3, num_heads=2,
                                                           intermediate_size=128))
@@ -438,3 +438,4 @@ def test_v3_long_continues_v3s_target_and_is_keyed_apart():
     v3, longer = select_config("v3", quick=False), select_config("v3-long", quick=False)
     assert longer.target_init == "v3" and longer.target == v3.target and longer.vocab_size == v3.vocab_size
     assert longer.target_fingerprint() != v3.target_fingerprint()
+    assert v3.target_fingerprint() == "07dab4df91"  # the key v3 was built under, before target_init existed

@@ -69,19 +69,36 @@ def cached_packed_corpus(run_dir: Path, tokenizer: Tokenizer, split: CorpusSplit
     return packed
 
 
-def initial_target(run_dir: Path, config: RunConfig) -> dict | None:
-    """The weights of the finished target this run's target starts from (`target_init`), or None: from scratch."""
+def init_run_dir(run_dir: Path, config: RunConfig) -> Path | None:
+    """The folder of the run this run's target starts from (`target_init`), or None."""
     if not config.target_init:
+        return None
+    init = CONFIGS[config.target_init](config.seed)
+    return run_dir.parent / f"{init.name}-{init.target_fingerprint()}"
+
+
+def share_init_data(run_dir: Path, config: RunConfig) -> None:
+    """A run that starts from another's target also takes its tokenizer and packed corpus: the same token ids."""
+    source = init_run_dir(run_dir, config)
+    for name in ("tokenizer.json", "packed_corpus.pt"):
+        if source is not None and (source / name).exists() and not (run_dir / name).exists():
+            atomic_write(run_dir / name, lambda tmp, name=name: tmp.write_bytes((source / name).read_bytes()))
+
+
+def initial_target(run_dir: Path, config: RunConfig) -> dict | None:
+    """The weights this run's target starts from (`target_init`: that run's last checkpoint), or None: from
+    scratch."""
+    source = init_run_dir(run_dir, config)
+    if source is None:
         return None
     init = CONFIGS[config.target_init](config.seed)
     if (init.target, init.vocab_size, init.block_size) != (config.target, config.vocab_size, config.block_size):
         raise SystemExit(f"run {config.name} starts from run {init.name}, whose target has another shape")
-    path = run_dir.parent / f"{init.name}-{init.target_fingerprint()}" / "target.ckpt"
-    saved = load_if_exists(path)
-    if saved is None or saved["state"]["step"] < init.target_schedule.steps:
-        raise SystemExit(f"run {config.name} starts from run {init.name}'s finished target: build it first "
+    saved = load_if_exists(source / "target.ckpt")
+    if saved is None:
+        raise SystemExit(f"run {config.name} starts from run {init.name}'s target: build it first "
                          f"(python tools/train_demo_models.py --run {init.name})")
-    log(f"the target starts from run {init.name}'s ({path})")
+    log(f"the target starts from run {init.name}'s at step {saved['state']['step']} of {init.target_schedule.steps}")
     return saved["model"]
 
 
@@ -128,6 +145,7 @@ def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seco
 
     split = split_documents(config.max_train_code_files, config.max_train_prose_docs,
                             config.prose_source, docs_dir)
+    share_init_data(run_dir, config)
     tokenizer = timed(timings, "tokenizer", run_dir, cached_tokenizer, run_dir, split, config)
     packed = timed(timings, "packing", run_dir, cached_packed_corpus, run_dir, tokenizer, split, config)
     eot_id = tokenizer.token_to_id(END_OF_TEXT)

@@ -74,6 +74,8 @@ class RunConfig:
     def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
         """Short hash of the configuration (minus ``exclude``d fields)."""
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in exclude}
+        if not self.target_init:  # added later: runs trained from scratch keep the keys they were built under
+            fields.pop("target_init")
         payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
