@@ -69,29 +69,32 @@ def cached_packed_corpus(run_dir: Path, tokenizer: Tokenizer, split: CorpusSplit
     return packed
 
 
-def init_run_dir(run_dir: Path, config: RunConfig) -> Path | None:
-    """The folder of the run this run's target starts from (`target_init`), or None."""
+def init_run(run_dir: Path, config: RunConfig) -> tuple[RunConfig, Path] | None:
+    """The run this run's target starts from (`target_init`) and its folder, or None."""
     if not config.target_init:
         return None
     init = CONFIGS[config.target_init](config.seed)
-    return run_dir.parent / f"{init.name}-{init.target_fingerprint()}"
+    return init, run_dir.parent / f"{init.name}-{init.target_fingerprint()}"
 
 
 def share_init_data(run_dir: Path, config: RunConfig) -> None:
     """A run that starts from another's target also takes its tokenizer and packed corpus: the same token ids."""
-    source = init_run_dir(run_dir, config)
+    found = init_run(run_dir, config)
+    if found is None:
+        return
+    source = found[1]
     for name in ("tokenizer.json", "packed_corpus.pt"):
-        if source is not None and (source / name).exists() and not (run_dir / name).exists():
+        if (source / name).exists() and not (run_dir / name).exists():
             atomic_write(run_dir / name, lambda tmp, name=name: tmp.write_bytes((source / name).read_bytes()))
 
 
 def initial_target(run_dir: Path, config: RunConfig) -> dict | None:
     """The weights this run's target starts from (`target_init`: that run's last checkpoint), or None: from
     scratch."""
-    source = init_run_dir(run_dir, config)
-    if source is None:
+    found = init_run(run_dir, config)
+    if found is None:
         return None
-    init = CONFIGS[config.target_init](config.seed)
+    init, source = found
     if (init.target, init.vocab_size, init.block_size) != (config.target, config.vocab_size, config.block_size):
         raise SystemExit(f"run {config.name} starts from run {init.name}, whose target has another shape")
     saved = load_if_exists(source / "target.ckpt")
