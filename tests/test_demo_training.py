@@ -439,3 +439,66 @@ def test_v3_long_continues_v3s_target_and_is_keyed_apart():
     assert longer.target_init == "v3" and longer.target == v3.target and longer.vocab_size == v3.vocab_size
     assert longer.target_fingerprint() != v3.target_fingerprint()
     assert v3.target_fingerprint() == "07dab4df91"  # the key v3 was built under, before target_init existed
+
+
+def test_the_targets_own_text_resumes_where_it_stopped_and_starts_from_corpus_prefixes(tiny_llama, tmp_path,
+                                                                                       monkeypatch):
+    """`generated_blocks`: two sequences of prompt + continuation per block, the prompts the starts of corpus
+    blocks; killed after its first chunk, a rerun writes exactly what an uninterrupted run writes."""
+    import torch
+
+    from tools.demo_training import generation
+    from tools.demo_training.data import spread_blocks
+    from tools.head_training.data import load_target
+
+    target, _ = load_target(tiny_llama[0])
+    corpus = torch.randint(1, 300, (300, 8), generator=torch.Generator().manual_seed(0))  # (S, T)
+    count = 128  # two chunks of 64 blocks, each half greedy, half sampled
+    whole = generation.generated_blocks(target, corpus, count, seed=3, path=tmp_path / "whole.pt")
+    assert whole.shape == (count, 8)
+    sequences = whole.reshape(-1, 4)  # (2 count, P + C), P = 1
+    assert torch.equal(sequences[:, :1], spread_blocks(corpus, 2 * count)[:, :1])
+
+    real = generation.continuations
+    calls: list[int] = []
+
+    def killed_after_one_chunk(*args, **kwargs):
+        if calls:
+            raise Killed
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "continuations", killed_after_one_chunk)
+    with pytest.raises(Killed):
+        generation.generated_blocks(target, corpus, count, seed=3, path=tmp_path / "resumed.pt")
+    monkeypatch.setattr(generation, "continuations", real)
+    assert torch.equal(generation.generated_blocks(target, corpus, count, seed=3, path=tmp_path / "resumed.pt"),
+                       whole)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 0.75])
+def test_the_drafts_batches_hold_the_targets_own_text_at_its_share(tmp_path, monkeypatch, share):
+    import torch
+
+    from tools.demo_training import build
+    from tools.demo_training.config import quick_config
+    from tools.demo_training.data import PackedCorpus
+
+    config = dataclasses.replace(quick_config(), draft_generated_blocks=50 if share else 0,
+                                 draft_generated_share=share)
+    packed = PackedCorpus(train=torch.zeros(1000, 8, dtype=torch.long))
+    monkeypatch.setattr(build, "generated_blocks", lambda target, corpus, count, *_: torch.ones(count, 8,
+                                                                                                dtype=torch.long))
+    blocks = build.distillation_blocks(tmp_path, packed, config, teacher=None)
+    generated = blocks[:, 0].float().mean().item()
+    assert generated == pytest.approx(share, abs=0.02) and len(blocks) >= len(packed.train)
+
+
+def test_v3_longs_draft_learns_from_the_targets_own_text_and_older_runs_keep_their_keys():
+    import_demo_training()
+    from demo_training.config import select_config
+
+    v3, longer = select_config("v3", quick=False), select_config("v3-long", quick=False)
+    assert longer.draft_generated_blocks > 0 and 0 < longer.draft_generated_share < 1
+    assert longer.target_fingerprint() == "0fdf23d34c"  # its target trained before the draft's data changed
+    assert v3.draft_fingerprint() == "d23ee58a91"  # the key v3's draft was distilled under

@@ -16,6 +16,7 @@ from .config import CONFIGS, END_OF_TEXT, RunConfig
 from .corpus import CorpusSplit, corpus_summary, split_documents
 from .data import PackedCorpus, pack_corpus
 from .evaluation import evaluate_folder
+from .generation import generated_blocks
 from .loop import StageResult, train_stage
 from .model_card import write_card, write_playground_json
 from .models import build_model, export_model, llama_config, round_to_export_precision
@@ -118,13 +119,27 @@ def train_target(run_dir: Path, packed: PackedCorpus, config: RunConfig, eot_id:
     return round_to_export_precision(model), result
 
 
+def distillation_blocks(run_dir: Path, packed: PackedCorpus, config: RunConfig,
+                        teacher: torch.nn.Module) -> torch.Tensor:
+    """The draft's training blocks (S, T): the corpus, and the target's own text repeated to its share."""
+    if not config.draft_generated_blocks:
+        return packed.train
+    log(f"the target writes {config.draft_generated_blocks} blocks of its own text for the draft")
+    path = run_dir / f"generated-{config.draft_generated_blocks}.pt"  # the run folder keys target and corpus
+    generated = generated_blocks(teacher, packed.train, config.draft_generated_blocks, config.seed + 2, path)
+    share = config.draft_generated_share
+    repeats = max(1, round(share * len(packed.train) / ((1 - share) * len(generated))))
+    return torch.cat([packed.train, generated.repeat(repeats, 1)])
+
+
 def train_draft(run_dir: Path, packed: PackedCorpus, config: RunConfig, teacher: torch.nn.Module,
                 eot_id: int, checkpoint_seconds: float, runtime: Runtime) -> tuple[torch.nn.Module, StageResult]:
     model = build_model(llama_config(config.draft, config.vocab_size, config.block_size, eot_id), config.seed + 1)
     teacher.eval().requires_grad_(False).to(runtime.device)
+    blocks = distillation_blocks(run_dir, packed, config, teacher)
     log("distilling the draft model from the target")
     # A different data seed: the draft sees the corpus in another order.
-    result = train_stage("draft", model, make_distill_loss(teacher, config), packed.train,
+    result = train_stage("draft", model, make_distill_loss(teacher, config), blocks,
                          config.draft_schedule, config.seed + 1,
                          run_dir / f"draft-{config.draft_fingerprint()}.ckpt", checkpoint_seconds, runtime)
     teacher.to("cpu")

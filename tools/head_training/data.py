@@ -28,13 +28,12 @@ import torch
 from ..demo_training.checkpoint import atomic_torch_save, load_if_exists
 from ..demo_training.corpus import split_documents
 from ..demo_training.data import pack_blocks, spread_blocks, training_documents
+from ..demo_training.generation import continuations, device_of, greedy_rows  # noqa: F401 (greedy_rows: tests)
 from .run import REPO_ROOT, HeadsRun, log
 
 LABEL_TOP = 8  # target probabilities kept per position (soft labels)
-# Rows per forward of the target (continuations, features): what keeps 2 CPU cores busy, or a GPU.
-GENERATION_BATCH = {"cpu": 64, "cuda": 1024}
+# Rows per forward of the target for features: what keeps 2 CPU cores busy, or a GPU.
 FEATURE_BATCH = {"cpu": 16, "cuda": 128}
-GREEDY_GRANULARITY = 64  # the greedy share is rounded up to this many rows (see `continuations`)
 
 
 def load_target(folder: Path, device: str = "cpu"):
@@ -42,10 +41,6 @@ def load_target(folder: Path, device: str = "cpu"):
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval().requires_grad_(False)
     return model.to(device), AutoTokenizer.from_pretrained(folder)
-
-
-def device_of(model) -> torch.device:
-    return next(model.parameters()).device
 
 
 def target_checksum(folder: Path) -> str:
@@ -75,40 +70,6 @@ def corpus_blocks(tokenizer, run: HeadsRun, docs_dir: Path | None = None) -> tor
     documents = training_documents(split, run.seed, prose_repeats=run.prose_repeats)
     blocks = pack_blocks(corpus_stream(tokenizer, documents), run.seq_len)  # (S, T)
     return spread_blocks(blocks, run.corpus_sequences + run.generated_sequences)
-
-
-def greedy_rows(count: int) -> int:
-    """Prompts continued greedily: the first half, rounded up to `GREEDY_GRANULARITY` rows (the batch the CPU
-    has always used, so the data does not depend on the device's batch size)."""
-    return min(count, -(-(count // 2) // GREEDY_GRANULARITY) * GREEDY_GRANULARITY)
-
-
-@torch.no_grad()
-def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int | None = None) -> torch.Tensor:
-    """The target's own text after each prompt (P,) on its device: about the first half greedy (`greedy_rows`),
-    the rest sampled at T = 0.8 (with a generator on that device: CPU and CUDA draw different samples).
-
-    A plain cached loop: HF `generate` costs several times more per step at this model size. Returned on the CPU.
-    """
-    device = device_of(target)
-    batch = batch or GENERATION_BATCH.get(device.type, GENERATION_BATCH["cpu"])
-    generator = torch.Generator(device=device).manual_seed(seed)
-    split = greedy_rows(len(prompts))
-    out = []
-    for part, sample in ((prompts[:split], False), (prompts[split:], True)):
-        for start in range(0, len(part), batch):
-            tokens = part[start:start + batch].to(device)
-            step = target(input_ids=tokens, use_cache=True)
-            for _ in range(length):
-                logits = step.logits[:, -1].float()  # (B, V)
-                if sample:
-                    following = torch.multinomial(torch.softmax(logits / 0.8, -1), 1, generator=generator)  # (B, 1)
-                else:
-                    following = logits.argmax(-1, keepdim=True)
-                tokens = torch.cat([tokens, following], dim=1)
-                step = target(input_ids=following, cache=step.cache, use_cache=True)
-            out.append(tokens.cpu())
-    return torch.cat(out)
 
 
 @torch.no_grad()

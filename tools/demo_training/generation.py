@@ -1,0 +1,88 @@
+"""The target's own text: continuations of corpus prefixes, for distilling the drafters on what they will draft.
+
+A drafter is scored on the target's continuations, not on the corpus, and the two differ (the target's text is
+more generic and more repetitive). Training a drafter on text the target wrote (Medusa-2's self-distillation,
+DistillSpec's model-generated data) teaches it the target's habits where they show.
+
+Notation: a prompt of P corpus tokens, continued for C tokens; a generated block of the draft's training data
+holds two such sequences, block_size = 2 (P + C) tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .checkpoint import atomic_torch_save, load_if_exists
+from .data import spread_blocks
+
+# Rows per forward of the target: what keeps 2 CPU cores busy, or a GPU.
+GENERATION_BATCH = {"cpu": 64, "cuda": 1024}
+GREEDY_GRANULARITY = 64  # the greedy share is rounded up to this many rows (see `continuations`)
+SAMPLING_TEMPERATURE = 0.8
+SEQUENCES_PER_BLOCK = 2
+PROMPT_SHARE = 4  # P = (P + C) / 4: a quarter of each sequence is corpus, the rest the target's
+
+
+def device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def greedy_rows(count: int) -> int:
+    """Prompts continued greedily: the first half, rounded up to `GREEDY_GRANULARITY` rows (the batch the CPU
+    has always used, so the data does not depend on the device's batch size)."""
+    return min(count, -(-(count // 2) // GREEDY_GRANULARITY) * GREEDY_GRANULARITY)
+
+
+@torch.no_grad()
+def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int | None = None) -> torch.Tensor:
+    """The target's own text after each prompt (P,) on its device: about the first half greedy (`greedy_rows`),
+    the rest sampled at T = 0.8 (with a generator on that device: CPU and CUDA draw different samples).
+
+    A plain cached loop: HF `generate` costs several times more per step at this model size. Returned on the CPU.
+    """
+    device = device_of(target)
+    batch = batch or GENERATION_BATCH.get(device.type, GENERATION_BATCH["cpu"])
+    generator = torch.Generator(device=device).manual_seed(seed)
+    split = greedy_rows(len(prompts))
+    out = []
+    for part, sample in ((prompts[:split], False), (prompts[split:], True)):
+        for start in range(0, len(part), batch):
+            tokens = part[start:start + batch].to(device)
+            step = target(input_ids=tokens, use_cache=True)
+            for _ in range(length):
+                logits = step.logits[:, -1].float()  # (B, V)
+                if sample:
+                    probs = torch.softmax(logits / SAMPLING_TEMPERATURE, -1)
+                    following = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                else:
+                    following = logits.argmax(-1, keepdim=True)
+                tokens = torch.cat([tokens, following], dim=1)
+                step = target(input_ids=following, cache=step.cache, use_cache=True)
+            out.append(tokens.cpu())
+    return torch.cat(out)
+
+
+def generated_blocks(target, corpus: torch.Tensor, count: int, seed: int, path: Path,
+                     chunk_blocks: int = GREEDY_GRANULARITY) -> torch.Tensor:
+    """`count` blocks (count, T) of the target's continuations of corpus prefixes, T = corpus.shape[1].
+
+    The prompts are the starts of blocks spread over the whole corpus (`corpus` (S, T)). Written by chunks of
+    `chunk_blocks` blocks, each half greedy and half sampled, and saved to `path` after each chunk: a run that is
+    killed resumes at its last finished chunk, and the result does not depend on where it stopped.
+    """
+    block_size = corpus.shape[1]
+    sequence = block_size // SEQUENCES_PER_BLOCK
+    prompt = sequence // PROMPT_SHARE
+    prompts = spread_blocks(corpus, count * SEQUENCES_PER_BLOCK)[:, :prompt]  # (2 count, P)
+    prompts = prompts[: len(prompts) - len(prompts) % SEQUENCES_PER_BLOCK]
+    saved = load_if_exists(path)
+    done: list[torch.Tensor] = [] if saved is None else list(saved["chunks"])
+    rows = chunk_blocks * SEQUENCES_PER_BLOCK
+    for index in range(len(done), -(-len(prompts) // rows)):
+        written = continuations(target, prompts[index * rows:(index + 1) * rows], sequence - prompt,
+                                seed + index)  # (rows, P + C)
+        done.append(written.reshape(-1, block_size))
+        atomic_torch_save({"chunks": done}, path)
+    return torch.cat(done)
