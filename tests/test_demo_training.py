@@ -69,6 +69,7 @@ def test_quick_build_writes_playground_json_and_card(quick_build):
     assert playground["prose_source"] == "pydoc"  # the corpus, for the heads and the evaluation tools
     card = (out / "MODEL_CARD.md").read_text()
     assert "## Drafter measurements" in card and "TODO" in card
+    assert "50% of its batches are the target's own text: 4 blocks" in card  # the quick run's draft data
 
 
 @pytest.mark.parametrize("name", ["target", "draft"])

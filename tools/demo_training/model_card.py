@@ -240,9 +240,18 @@ def training_section(config: dict, training: dict) -> str:
 - Draft: distilled from the (bfloat16-rounded) target: {config['distill_kl_weight']} x KL to the
   target's distribution softened at temperature {config['distill_temperature']} (scaled by T^2)
   + {1 - config['distill_kl_weight']:.1f} x cross-entropy; {ds['steps']} steps x {ds['batch_size']} blocks
-  ({training['draft']['tokens']:,} tokens), peak LR {ds['peak_lr']}.
+  ({training['draft']['tokens']:,} tokens), peak LR {ds['peak_lr']}.{draft_data_text(config)}
   Wall time {training['draft']['seconds'] / 60:.1f} min.
 - Total wall time of the build: {training['total_seconds'] / 60:.1f} min."""
+
+
+def draft_data_text(config: dict) -> str:
+    """What the draft's batches hold besides the corpus (tools/demo_training/generation.py)."""
+    blocks = config.get("draft_generated_blocks", 0)
+    if not blocks:
+        return ""
+    return (f"\n  {config['draft_generated_share']:.0%} of its batches are the target's own text: {blocks:,} blocks,"
+            "\n  each two continuations of corpus prefixes (a quarter prompt), half greedy, half sampled at T = 0.8.")
 
 
 def render_card(config: dict, corpus: dict, training: dict, evaluation: dict, drafter_section: str | None) -> str:
