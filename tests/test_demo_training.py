@@ -503,3 +503,60 @@ def test_v3_longs_draft_learns_from_the_targets_own_text_and_older_runs_keep_the
     assert longer.draft_generated_blocks > 0 and 0 < longer.draft_generated_share < 1
     assert longer.target_fingerprint() == "0fdf23d34c"  # its target trained before the draft's data changed
     assert v3.draft_fingerprint() == "d23ee58a91"  # the key v3's draft was distilled under
+
+
+def test_repeated_ngrams_mark_every_later_occurrence():
+    import torch
+
+    from tools.demo_training.objectives import repeated_ngrams
+
+    tokens = torch.tensor([[1, 2, 3, 1, 2, 3, 1, 4], [5, 6, 7, 8, 9, 5, 6, 0]])
+    marked = repeated_ngrams(tokens, 2)
+    assert marked.tolist() == [[False, False, False, True, True, True, True, False], [False] * 5 + [True, True, False]]
+    assert repeated_ngrams(tokens, 4).tolist() == [[False, False, False, True, True, True, True, False], [False] * 8]
+    assert not repeated_ngrams(tokens, 5).any()
+
+
+def test_unlikelihood_steps_lower_the_probability_of_the_targets_own_repeats(tiny_llama):
+    """The model's greedy continuations loop (a random tiny model does at once); a few steps on their
+    unlikelihood lower the probability of the repeated tokens."""
+    import torch
+
+    from tools.demo_training.config import Unlikelihood
+    from tools.demo_training.generation import continue_rows
+    from tools.demo_training.objectives import repeated_ngrams, unlikelihood_loss, unlikelihood_of_repeats
+    from tools.head_training.data import load_target
+
+    model, _ = load_target(tiny_llama[0])
+    model.requires_grad_(True).train()
+    prompts = torch.randint(1, 300, (4, 4), generator=torch.Generator().manual_seed(0))
+    tokens = continue_rows(model, prompts, 24, None)  # (4, 28)
+    assert repeated_ngrams(tokens[:, 4:], 2).any()
+    assert torch.equal(unlikelihood_loss(model, prompts, Unlikelihood(1.0, ngram=2, prompt_tokens=4, new_tokens=24)),
+                       unlikelihood_of_repeats(model, tokens, 4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        loss = unlikelihood_of_repeats(model, tokens, 4, 2)
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert losses[0] > 0 and all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+
+
+def test_every_run_has_a_rebuild_command_and_v3_ul_fine_tunes_v3_long():
+    import_demo_training()
+    sys.path.insert(0, str(BUILD_SCRIPT.parent))
+    try:
+        import train_demo_models
+    finally:
+        sys.path.remove(str(BUILD_SCRIPT.parent))
+    from demo_training.config import CONFIGS, select_config
+    from demo_training.model_card import RUN_ARGUMENTS
+
+    assert set(train_demo_models.RUNS) == set(CONFIGS)
+    assert all(select_config(run, quick=False).name in RUN_ARGUMENTS for run in CONFIGS)
+    fine_tuned, base = select_config("v3-ul", quick=False), select_config("v3-long", quick=False)
+    assert fine_tuned.target_init == "v3-long" and fine_tuned.unlikelihood is not None and base.unlikelihood is None
+    assert fine_tuned.target == base.target and fine_tuned.target_fingerprint() != base.target_fingerprint()

@@ -5,6 +5,7 @@
     python tools/train_demo_models.py --run v1        # the previous family (~45 min)
     python tools/train_demo_models.py --run v3        # v2's data, a 16-layer target: cheaper drafters on a CPU
     python tools/train_demo_models.py --run v3-long   # v3's target trained 1000 steps further (after --run v3)
+    python tools/train_demo_models.py --run v3-ul     # v3-long's target trained against its loops (after v3-long)
     python tools/train_demo_models.py --run gpu --device cuda --dtype bfloat16   # GPU recipe
     python tools/train_demo_models.py --quick --out DIR   # ~1 minute miniature (tests)
 
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RUNS = ("v1", "v2", "v3", "v3-long", "gpu")
+RUNS = ("v1", "v2", "v3", "v3-long", "v3-ul", "gpu")
 
 
 def default_cache_dir() -> Path:

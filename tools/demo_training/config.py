@@ -39,6 +39,16 @@ class StageSchedule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Unlikelihood:
+    """Sequence-level unlikelihood on the target's greedy continuations (objectives.py)."""
+
+    weight: float
+    ngram: int = 4
+    prompt_tokens: int = 32  # taken from the start of each training block
+    new_tokens: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything that determines the output of one build."""
 
@@ -74,6 +84,8 @@ class RunConfig:
     # draft's distillation batches; 0: the draft distils on the corpus alone.
     draft_generated_blocks: int = 0
     draft_generated_share: float = 0.0
+    # An unlikelihood term in the target's loss (None: none).
+    unlikelihood: Unlikelihood | None = None
 
     def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
         """Short hash of the configuration (minus ``exclude``d fields)."""
@@ -97,7 +109,7 @@ class RunConfig:
 
 
 # Fields added after runs were built, with the values those runs had.
-ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0}
+ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0, "unlikelihood": None}
 DRAFT_FIELDS = frozenset({"draft", "draft_schedule", "distill_temperature", "distill_kl_weight",
                           "draft_generated_blocks", "draft_generated_share"})
 EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
@@ -144,6 +156,7 @@ def quick_config(seed: int = DEFAULT_SEED) -> RunConfig:
         sample_new_tokens=16,
         draft_generated_blocks=4,
         draft_generated_share=0.5,
+        unlikelihood=Unlikelihood(weight=1.0, prompt_tokens=16, new_tokens=24),
     )
 
 
@@ -246,7 +259,18 @@ def v3_long_config(seed: int = DEFAULT_SEED) -> RunConfig:
         draft_generated_blocks=1000, draft_generated_share=0.5, distill_temperature=1.0, distill_kl_weight=1.0)
 
 
-CONFIGS = {"v1": full_config, "v2": v2_config, "v3": v3_config, "v3-long": v3_long_config, "gpu": gpu_config}
+def v3_ul_config(seed: int = DEFAULT_SEED) -> RunConfig:
+    """v3-long's target fine-tuned against its own greedy loops (sequence-level unlikelihood, Welleck et al.
+    2019: 4-grams repeated within 64-token continuations of 32-token prompts), beside the usual loss, at about
+    the learning rate v3-long ended on; then the draft and the heads as for v3-long."""
+    return dataclasses.replace(
+        v3_long_config(seed), name="v3-ul", target_init="v3-long",
+        target_schedule=StageSchedule(steps=200, batch_size=8, peak_lr=2e-4, warmup_steps=10, min_lr_ratio=0.5),
+        unlikelihood=Unlikelihood(weight=1.0))
+
+
+CONFIGS = {"v1": full_config, "v2": v2_config, "v3": v3_config, "v3-long": v3_long_config, "v3-ul": v3_ul_config,
+           "gpu": gpu_config}
 DEFAULT_RUN = "v2"
 
 

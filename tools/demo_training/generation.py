@@ -36,6 +36,22 @@ def greedy_rows(count: int) -> int:
 
 
 @torch.no_grad()
+def continue_rows(target, tokens: torch.Tensor, length: int, generator: torch.Generator | None) -> torch.Tensor:
+    """Rows (B, P) on the target's device continued for `length` tokens -> (B, P + length): greedy without a
+    generator, else sampled at `SAMPLING_TEMPERATURE`."""
+    step = target(input_ids=tokens, use_cache=True)
+    for _ in range(length):
+        logits = step.logits[:, -1].float()  # (B, V)
+        if generator is None:
+            following = logits.argmax(-1, keepdim=True)  # (B, 1)
+        else:
+            probs = torch.softmax(logits / SAMPLING_TEMPERATURE, -1)
+            following = torch.multinomial(probs, 1, generator=generator)
+        tokens = torch.cat([tokens, following], dim=1)
+        step = target(input_ids=following, cache=step.cache, use_cache=True)
+    return tokens
+
+
 def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: int | None = None) -> torch.Tensor:
     """The target's own text after each prompt (P,) on its device: about the first half greedy (`greedy_rows`),
     the rest sampled at T = 0.8 (with a generator on that device: CPU and CUDA draw different samples).
@@ -47,20 +63,9 @@ def continuations(target, prompts: torch.Tensor, length: int, seed: int, batch: 
     generator = torch.Generator(device=device).manual_seed(seed)
     split = greedy_rows(len(prompts))
     out = []
-    for part, sample in ((prompts[:split], False), (prompts[split:], True)):
+    for part, sampler in ((prompts[:split], None), (prompts[split:], generator)):
         for start in range(0, len(part), batch):
-            tokens = part[start:start + batch].to(device)
-            step = target(input_ids=tokens, use_cache=True)
-            for _ in range(length):
-                logits = step.logits[:, -1].float()  # (B, V)
-                if sample:
-                    probs = torch.softmax(logits / SAMPLING_TEMPERATURE, -1)
-                    following = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-                else:
-                    following = logits.argmax(-1, keepdim=True)
-                tokens = torch.cat([tokens, following], dim=1)
-                step = target(input_ids=following, cache=step.cache, use_cache=True)
-            out.append(tokens.cpu())
+            out.append(continue_rows(target, part[start:start + batch].to(device), length, sampler).cpu())
     return torch.cat(out)
 
 

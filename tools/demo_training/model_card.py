@@ -19,6 +19,8 @@ DRAFTER_TODO = (
 REBUILD_COMMAND = "python tools/train_demo_models.py"
 # Extra arguments that rebuild each named run (v2 is the default run).
 RUN_ARGUMENTS = {"v2": "", "v3": " --run v3", "v3-long": " --run v3 && python tools/train_demo_models.py --run v3-long",
+                 "v3-ul": " --run v3 && python tools/train_demo_models.py --run v3-long"
+                          " && python tools/train_demo_models.py --run v3-ul",
                  "full": " --run v1", "gpu": " --run gpu --device cuda --dtype bfloat16",
                  "quick": " --quick --out DIR"}
 
