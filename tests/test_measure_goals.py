@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tools.demo_training.evaluation import closing
 from tools.measure_goals import GOALS_HEADING, LOOP_THRESHOLD, goal_rows, loop_share, parses
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -79,3 +82,20 @@ def test_goals_are_met_only_at_their_bars(tmp_path):
     assert "1.60x (`medusa`)" in [measured for _g, measured, _ok in met]  # the best learned head counts
     missed = goal_rows(_family("7/10", "1/3", {"draft-model": 0.749}, {"draft-model": 1.29}, tmp_path))
     assert [ok for _goal, _measured, ok in missed] == [False, False, False, False, False, False, True]
+
+
+@pytest.mark.parametrize(("text", "closed"), [
+    ("def f(a, b):\n    return g(a, [b", "])"),
+    ('def f():\n    """Return the (first', '"""'),
+    ("x = 'it(s'  # a comment (open\ny = {1: (2", ")}"),
+    ("s = '''a\nb'''\nt = \"c\\\"(\"", ""),
+])
+def test_closing_closes_what_the_cut_left_open(text, closed):
+    assert closing(text) == closed
+
+
+def test_code_cut_inside_a_docstring_or_a_call_still_parses_but_broken_code_does_not():
+    assert parses("def f(a):\n", '    """Return a list of the items.\n\n    The optional argument')
+    assert parses("x = compute(", "1, 2,\n    key=lambda item: item[0],")
+    assert not parses("def f(a):\n", "    return a a\n    pass")
+    assert not parses("def f(a):\n", "    return a)\n\ndef g():\n    return 1")

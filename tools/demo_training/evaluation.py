@@ -128,17 +128,54 @@ def recommend_exit(plans: dict[int, dict]) -> int:
     return max(plans, key=lambda depth: plans[depth]["speedup"])
 
 
-def valid_python_lines(text: str) -> int:
-    """Longest prefix of lines that parses, allowing one open block.
+BRACKETS = {"(": ")", "[": "]", "{": "}"}
 
-    A completion cut mid-block ("def f():" then nothing) is still plausible,
-    so a trailing ``pass`` at the next indentation is tried as well.
+
+def closing(text: str) -> str:
+    """What closes the string and the brackets still open at the end of `text` ("" when none is)."""
+    closers: list[str] = []
+    quote, i = "", 0
+    while i < len(text):
+        if quote:  # inside a string: find its end
+            if text[i] == "\\":
+                i += 2
+            elif text.startswith(quote, i):
+                i, quote = i + len(quote), ""
+            elif len(quote) == 1 and text[i] == "\n":  # an unterminated one-line string ends with its line
+                i, quote = i + 1, ""
+            else:
+                i += 1
+            continue
+        if text[i] == "#":
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        opener = text[i:i + 3] if text.startswith(('"""', "'''"), i) else text[i]
+        if opener in ('"""', "'''", '"', "'"):
+            quote = opener
+            i += len(opener)
+            continue
+        if text[i] in BRACKETS:
+            closers.append(BRACKETS[text[i]])
+        elif closers and text[i] == closers[-1]:
+            closers.pop()
+        i += 1
+    return quote + "".join(reversed(closers))
+
+
+def valid_python_lines(text: str) -> int:
+    """Longest prefix of lines that parses once what the cut left open is closed.
+
+    A completion cut mid-block ("def f():" then nothing), mid-docstring or mid-call is still plausible: the
+    open string and brackets are closed (`closing`), and a trailing ``pass`` at the next indentation is tried
+    as well.
     """
     lines = text.split("\n")
     for count in range(len(lines), 0, -1):
         candidate = "\n".join(lines[:count])
         indent = len(lines[count - 1]) - len(lines[count - 1].lstrip())
-        for suffix in ("", "\n" + " " * (indent + 4) + "pass"):
+        close = closing(candidate)
+        for suffix in (close, close + "\n" + " " * (indent + 4) + "pass"):
             try:
                 ast.parse(candidate + suffix)
                 return count
