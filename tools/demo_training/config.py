@@ -237,6 +237,10 @@ def v3_config(seed: int = DEFAULT_SEED) -> RunConfig:
         target_schedule=StageSchedule(steps=V2_TARGET_STEPS, batch_size=8, peak_lr=2e-3, warmup_steps=100),
         # v2's distillation loss was still falling at its last step: a longer run for the cheaper drafter.
         draft_schedule=StageSchedule(steps=1000, batch_size=8, peak_lr=2e-3, warmup_steps=60),
+        # Half the draft's batches are the target's own text (2,000 continuations of 192 tokens, ~10 minutes
+        # of one CPU thread), and the loss is the plain KL to the target: the draft learns the target's greedy
+        # choices where they are drafted, not the corpus.
+        draft_generated_blocks=1000, draft_generated_share=0.5, distill_temperature=1.0, distill_kl_weight=1.0,
         early_exit_total_weight=0.5,
         # At width 192 an exit's LM head costs ~3.6 layers: every 16th position keeps the 15 exits near
         # v2's share of a training step.
@@ -252,11 +256,7 @@ def v3_long_config(seed: int = DEFAULT_SEED) -> RunConfig:
     trained again on the result."""
     return dataclasses.replace(
         v3_config(seed), name="v3-long", target_init="v3",
-        target_schedule=StageSchedule(steps=1000, batch_size=8, peak_lr=1e-3, warmup_steps=50),
-        # Half the draft's batches are the target's own text (2,000 continuations of 192 tokens, ~10 minutes
-        # of one CPU thread), and the loss is the plain KL to the target: the draft learns the target's greedy
-        # choices where they are drafted, not the corpus.
-        draft_generated_blocks=1000, draft_generated_share=0.5, distill_temperature=1.0, distill_kl_weight=1.0)
+        target_schedule=StageSchedule(steps=1000, batch_size=8, peak_lr=1e-3, warmup_steps=50))
 
 
 def v3_ul_config(seed: int = DEFAULT_SEED) -> RunConfig:
