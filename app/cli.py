@@ -135,7 +135,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (sample rule)")
     group.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens, 0 = off (sample rule)")
     group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (sample rule)")
-    _add_repetition_options(group)
+    _add_repetition_options(group, unset="what the models suggest (the bundled family's playground.json), else off")
     group.add_argument("--asd-budget", type=float, default=8.0, help="ASD request budget B, >= 0")
     group.add_argument("--asd-gate", type=float, default=0.25, help="ASD gate g, >= 0")
     group.add_argument("--asd-cap", type=int, default=2, help="ASD block cap M, >= 0")
@@ -146,20 +146,25 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chat-template", action="store_true", help="wrap the prompt in the tokenizer's chat template")
 
 
-def _add_repetition_options(group) -> None:
-    group.add_argument("--repetition-penalty", type=float, default=1.0,
+def _add_repetition_options(group, unset: str = "off") -> None:
+    """`unset`: what an option left out means (off, or what the loaded models suggest)."""
+    group.add_argument("--repetition-penalty", type=float, default=None,
                        help="divide the positive logits of tokens already in the text by this and multiply the "
-                            "negative ones, > 0, 1.0 = off (Hugging Face's repetition_penalty; every rule)")
-    group.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
-                       help="never repeat an N-gram of the text, 0 = off (Hugging Face's no_repeat_ngram_size; "
-                            "every rule)")
+                            "negative ones, > 0, 1.0 = off, as Hugging Face's repetition_penalty, under every rule "
+                            f"(default: {unset})")
+    group.add_argument("--no-repeat-ngram-size", type=int, default=None, metavar="N",
+                       help="never repeat an N-gram of the text, 0 = off, as Hugging Face's no_repeat_ngram_size, "
+                            f"under every rule (default: {unset})")
 
 
-def repetition_from_args(args):
-    """--repetition-penalty and --no-repeat-ngram-size, validated (SettingsError says what is allowed)."""
+def repetition_from_args(args, unset=None):
+    """--repetition-penalty and --no-repeat-ngram-size, validated (SettingsError says what is allowed); an option
+    left out takes its value from `unset` (a RepetitionSettings; None: off)."""
     from app.engine.settings import RepetitionSettings
 
-    return RepetitionSettings(args.repetition_penalty, args.no_repeat_ngram_size)
+    unset = unset or RepetitionSettings()
+    return RepetitionSettings(unset.penalty if args.repetition_penalty is None else args.repetition_penalty,
+                              unset.no_repeat_ngram if args.no_repeat_ngram_size is None else args.no_repeat_ngram_size)
 
 
 def build_parser() -> CommandLineParser:
@@ -254,8 +259,9 @@ def _window_size(text: str) -> tuple[int, int]:
 def settings_from_args(args, summary=None):
     """The run's settings, validated by the settings dataclasses (SettingsError says what is allowed).
 
-    Without --drafter the chain depends on the loaded models: with `summary` None it is left empty, to be
-    filled by `with_default_drafters` once they are loaded.
+    Without --drafter the chain depends on the loaded models, and so do repetition options left out: with
+    `summary` None the chain is left empty and the controls off, to be filled by `with_model_defaults` once
+    they are loaded.
     """
     from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings
 
@@ -267,7 +273,7 @@ def settings_from_args(args, summary=None):
         max_new_tokens=args.max_new_tokens, seed=args.seed, tree=args.tree,
     )
     check_tree_drafters(settings)
-    return settings if summary is None else with_default_drafters(settings, args, summary)
+    return settings if summary is None else with_model_defaults(settings, args, summary)
 
 
 def check_tree_drafters(settings) -> None:
@@ -278,8 +284,10 @@ def check_tree_drafters(settings) -> None:
                             f"{', '.join(BRANCHING_DRAFTERS)}")
 
 
-def with_default_drafters(settings, args, summary):
-    """--drafter as given, else draft-model when one is loaded, else prompt-lookup."""
+def with_model_defaults(settings, args, summary):
+    """--drafter as given, else draft-model when one is loaded, else prompt-lookup; the repetition options as given,
+    else what the models suggest."""
+    settings = settings.with_changes(repetition=repetition_from_args(args, summary.suggested_repetition))
     if args.drafter:
         return settings
     return settings.with_changes(drafters=("draft-model",) if summary.draft_name is not None else ("prompt-lookup",))
@@ -336,7 +344,7 @@ def run_headless(args, fail=None) -> int:
 
     engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
                                    device_map=args.device_map, heads=args.heads, **execution), load_steps(args))
-    settings = with_default_drafters(settings, args, engine.summary)
+    settings = with_model_defaults(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
     for event in engine.generate(args.prompt, settings, chat_template=args.chat_template):

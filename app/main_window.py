@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.engine import Engine, LocalEngine, ModelsSummary
 from app.engine.remote import EngineProcess
-from app.engine.settings import DecodeSettings, LiveSettings
+from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.runs import RunController
 from app.session import Session
 from app.settings_model import SettingsModel
@@ -270,13 +270,14 @@ class MainWindow(QMainWindow):
             previous.close()
         if request is not None:
             self.model_request = dict(request)
-        self.settings_model.offer_models(engine.summary)
+        suggested = self.settings_model.offer_models(engine.summary)
         self.controls.offer_chat_template(engine.summary.has_chat_template)
         self._describe_models()
         self.status.end_load_progress()
         self.status.show_models(engine.summary)
         self.hide_message()  # whatever was said before (loading, a failed run) is over
-        self.status.showMessage("Models loaded", 4000)
+        self.status.showMessage(models_loaded_message(engine.summary.suggested_repetition if suggested else None),
+                                8000 if suggested else 4000)
         self.inspector.set_token_text(engine.token_text)
         self.sig_models_changed.emit(engine.summary)
         self._start_queued_run()
@@ -662,3 +663,12 @@ def _describe_setup(settings: DecodeSettings) -> str:
     if rule == "asd":
         rule = f"ASD (B = {settings.asd.budget:g}, g = {settings.asd.gate:g}, M = {settings.asd.cap})"
     return f"{chain}, K = {settings.k}, {rule}"
+
+
+def models_loaded_message(suggested: RepetitionSettings | None) -> str:
+    """The status line after a load; says so when the repetition controls took the models' suggestion."""
+    if suggested is None:
+        return "Models loaded"
+    parts = ([f"repetition penalty {suggested.penalty:g}"] if suggested.penalty != 1.0 else []) + \
+        ([f"no repeated {suggested.no_repeat_ngram}-grams"] if suggested.no_repeat_ngram else [])
+    return f"Models loaded; {' and '.join(parts)}, as they suggest (small models loop without it)"

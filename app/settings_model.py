@@ -60,13 +60,18 @@ class SettingsModel(QObject):
         self._controls.max_tokens.setValue(settings.max_new_tokens)
         self._controls.seed.setValue(settings.seed)
 
-    def offer_models(self, summary: ModelsSummary) -> None:
-        """Offer these models' drafters, keep the wanted set-up where they allow it, and push once."""
-        wanted = self._wanted or self.live.get()
-        self._wanted = None
+    def offer_models(self, summary: ModelsSummary) -> bool:
+        """Offer these models' drafters, keep the wanted set-up where they allow it, and push once.
+
+        Saved settings keep their repetition controls; otherwise the controls take what the models suggest
+        (their family's playground.json; off for other models). True when they took a suggestion that is on.
+        """
+        saved, self._wanted = self._wanted, None
+        wanted = saved or self.live.get().with_changes(repetition=summary.suggested_repetition)
         self._drafters.set_available(summary.available_drafters, summary.num_layers, summary.default_exit_layer)
         self._drafters.apply(wanted)
         self.push()
+        return saved is None and summary.suggested_repetition.active
 
     def use(self, **changes) -> DecodeSettings | None:
         """The live settings with these changes (a ready prompt's set-up), shown and pushed; None if invalid.

@@ -39,14 +39,16 @@ def test_a_code_continuation_parses_but_for_its_cut_off_last_line():
 
 
 def test_tiny_families_side_by_side(tiny_llama, tmp_path):
-    family = tmp_path / "tiny"
-    family.mkdir()
-    (family / "target").symlink_to(tiny_llama[0])
-    (family / "draft").symlink_to(tiny_llama[1])
+    family, suggesting = tmp_path / "tiny", tmp_path / "suggesting"
+    for folder in (family, suggesting):
+        folder.mkdir()
+        (folder / "target").symlink_to(tiny_llama[0])
+        (folder / "draft").symlink_to(tiny_llama[1])
+    (suggesting / "playground.json").write_text(json.dumps({"target": "target", "repetition_penalty": 1.3}))
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps({"prompts": [{"id": "c", "domain": "code", "text": "def add(a, b):"},
                                                {"id": "p", "domain": "prose", "text": "The quick brown"}]}))
-    command = [sys.executable, "tools/measure_goals.py", "--family", f"a={family}", "--family", f"b={family}",
+    command = [sys.executable, "tools/measure_goals.py", "--family", f"a={family}", "--family", f"b={suggesting}",
                "--prompts", str(prompts), "--max-new-tokens", "12", "--repeats", "1", "--json", str(tmp_path / "o"),
                "--card", str(tmp_path / "CARD.md")]
     old_card = f"# Card\n\n## Sizes\n\nsmall\n\n{GOALS_HEADING}\n\nold figures\n\n## Reproduce\n\nrun it\n"
@@ -65,6 +67,10 @@ def test_tiny_families_side_by_side(tiny_llama, tmp_path):
     assert "old figures" not in card and card.count(GOALS_HEADING) == 1  # replaced, not appended
     assert "## Sizes\n\nsmall" in card and card.rstrip().endswith("run it")  # the other sections untouched
     assert "**a**" in card and "**b**" in card and "| `draft-model` |" in card
+    # each family runs as the window starts it: with the repetition controls its playground.json suggests
+    assert report["settings"]["repetition"] == {"a": {"penalty": 1.0, "no_repeat_ngram": 0},
+                                                "b": {"penalty": 1.3, "no_repeat_ngram": 0}}
+    assert "no repetition control)" in card and "repetition penalty 1.3)" in card
 
 
 def _family(loop_free: str, parses_: str, alphas: dict, speedups: dict, folder: Path) -> dict:

@@ -33,12 +33,15 @@ Per family:
 
 ``--repetition-penalty`` and ``--no-repeat-ngram-size`` apply the engine's
 repetition controls (Hugging Face's semantics) to the target and every drafter
-alike; greedy identity with autoregressive decoding still holds.
+alike; greedy identity with autoregressive decoding still holds. Left out, each
+family runs with what its ``playground.json`` suggests (as the window starts),
+else with the controls off.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -65,6 +68,7 @@ LOOP_WINDOW = 64
 LOOP_MIN_N, LOOP_MAX_N = 4, 32
 LOOP_THRESHOLD = 0.5
 GOALS_HEADING = "## Goals on held-out prompts"
+REPETITION_LABELS = (("penalty", "repetition penalty", 1.0), ("no_repeat_ngram", "no-repeat n-gram size", 0))
 LEARNED_HEADS = ("medusa", "mtp", "eagle", "dflash")
 # The family's goals (issue-level targets, measured on the loop-free prompts): (what, figure, bar).
 ALPHA_GOALS = (("draft-model", 0.75), ("eagle", 0.85))
@@ -157,8 +161,20 @@ def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
     return out
 
 
+def family_repetition(folder: Path, args):
+    """The repetition options as given, else what the family's playground.json suggests (else off)."""
+    from app.cli import repetition_from_args
+    from app.engine.loading import manifest_repetition
+
+    manifest = folder / "playground.json"
+    return repetition_from_args(args, manifest_repetition(json.loads(manifest.read_text())) if manifest.is_file()
+                                else None)
+
+
 def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_new: int,
-            drafters: tuple[str, ...], repetition=None) -> dict:
+            drafters: tuple[str, ...], repetitions: dict | None = None) -> dict:
+    """Every family's figures; `repetitions` (family -> RepetitionSettings, default off) for each family's runs."""
+    repetitions = repetitions or {}
     loaded = {name: load_family(folder) for name, folder in families.items()}
     methods = {name: ["autoregressive"] + [d for d in drafters if d in models.available_drafters]
                for name, (models, _) in loaded.items()}
@@ -173,7 +189,7 @@ def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_ne
             for name, (_, decoder) in loaded.items():
                 for method in methods[name]:
                     run = decode_once(decoder, prompt["text"], None if method == "autoregressive" else method,
-                                      max_new, repetition)
+                                      max_new, repetitions.get(name))
                     reference = runs[name]["autoregressive"][prompt["id"]]
                     if method != "autoregressive" and run["tokens"] != reference[0]["tokens"]:
                         raise AssertionError(f"{name} {method} differs from greedy decoding on {prompt['id']}")
@@ -250,7 +266,10 @@ def render_goals_section(report: dict, command: str) -> str:
              f"{settings['loop_metric']}. Acceptance and speed-ups count the prompts free of loops only. Every "
              "drafter's output equalled autoregressive decoding token for token.", ""]
     for name, family in report["families"].items():
-        lines += [f"**{name}** (`{family['folder']}`)", "", "| goal | measured | |", "|---|---|---|"]
+        repetition = settings.get("repetition", {}).get(name, {})
+        controls = ", ".join(f"{label} {repetition[key]}" for key, label, off in REPETITION_LABELS
+                             if repetition.get(key, off) != off) or "no repetition control"
+        lines += [f"**{name}** (`{family['folder']}`; {controls})", "", "| goal | measured | |", "|---|---|---|"]
         lines += [f"| {goal} | {measured} | {_mark(met)} |" for goal, measured, met in goal_rows(family)]
         lines += ["", "| method | alpha | acceptance rate | tokens per pass | tokens/s | speed-up |",
                   "|---|---|---|---|---|---|"]
@@ -277,10 +296,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated; those a family lacks are "
                         "left out")
-    parser.add_argument("--repetition-penalty", type=float, default=1.0,
-                        help="Hugging Face's repetition_penalty on target and drafters alike (default: 1.0, off)")
-    parser.add_argument("--no-repeat-ngram-size", type=int, default=0,
-                        help="Hugging Face's no_repeat_ngram_size (default: 0, off)")
+    parser.add_argument("--repetition-penalty", type=float, default=None,
+                        help="Hugging Face's repetition_penalty on target and drafters alike (default: what each "
+                             "family's playground.json suggests, else 1.0, off)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=None,
+                        help="Hugging Face's no_repeat_ngram_size (default: the family's suggestion, else 0, off)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -297,19 +317,17 @@ def main(argv=None) -> int:
     families = dict(args.family or [("demo", DEFAULT_FAMILY)])
     prompts = json.loads(args.prompts.read_text())["prompts"]
     drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
-    from app.engine.settings import RepetitionSettings
-
-    repetition = RepetitionSettings(penalty=args.repetition_penalty, no_repeat_ngram=args.no_repeat_ngram_size)
+    repetitions = {name: family_repetition(folder, args) for name, folder in families.items()}
     load = os.getloadavg()
     report: dict = {"settings": {"k": K, "greedy": True, "threads": torch.get_num_threads(), "dtype": "float32",
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-                           "repetition_penalty": repetition.penalty, "no_repeat_ngram_size": repetition.no_repeat_ngram,
+                           "repetition": {name: dataclasses.asdict(r) for name, r in repetitions.items()},
                            "prompts": len(prompts), "loop_metric": f"share of the last {LOOP_WINDOW} tokens "
                            f"covered by one repeated n-gram ({LOOP_MIN_N} <= n <= {LOOP_MAX_N}); degenerate "
                            f"at >= {LOOP_THRESHOLD}"},
               "load_average_before": [round(x, 2) for x in load]}
     started = time.monotonic()
-    report["families"] = measure(families, prompts, args.repeats, args.max_new_tokens, drafters, repetition)
+    report["families"] = measure(families, prompts, args.repeats, args.max_new_tokens, drafters, repetitions)
     report["seconds"] = round(time.monotonic() - started, 1)
     report["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=2)

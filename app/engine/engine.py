@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from app.engine.events import Event
-from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, RepetitionSettings
 
 if TYPE_CHECKING:
     from app.engine.decoder import SpeculativeDecoder
@@ -44,6 +44,7 @@ class ModelsSummary:
     context_length: int
     has_chat_template: bool = False  # the target tokenizer can wrap a prompt as a chat turn
     execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/execution.py)
+    suggested_repetition: RepetitionSettings = RepetitionSettings()  # the family's starting repetition controls
 
     @classmethod
     def of(cls, models: LoadedModels) -> ModelsSummary:
@@ -52,7 +53,7 @@ class ModelsSummary:
                    num_layers=int(models.num_layers), default_exit_layer=int(models.default_exit_layer),
                    context_length=int(models.context_length),
                    has_chat_template=bool(getattr(models.tokenizer, "chat_template", None)),
-                   execution=models.execution.label)
+                   execution=models.execution.label, suggested_repetition=models.suggested_repetition)
 
 
 class Engine(Protocol):

@@ -30,6 +30,7 @@ from app.engine.errors import (
 )
 from app.engine.execution import Execution, fewest_rows, resolve_execution, row_buckets, settle_execution
 from app.engine.paths import looks_like_path
+from app.engine.settings import RepetitionSettings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,6 +55,9 @@ class LoadedModels:
     default_exit_layer: int = 1
     extras: dict = field(default_factory=dict)  # learned heads (heads/format.py HeadSpec), keyed by drafter name
     execution: Execution = field(default_factory=Execution)  # cache kind and compilation (app/engine/execution.py)
+    # The repetition controls the models' family suggests (a front end's starting values; the engine applies only
+    # what the settings say).
+    suggested_repetition: RepetitionSettings = field(default_factory=RepetitionSettings)
 
     @property
     def num_layers(self) -> int:
@@ -145,6 +149,15 @@ def demo_manifest() -> dict:
             "Rebuild them with `python tools/train_demo_models.py`, or give a model with --target."
         )
     return json.loads(path.read_text())
+
+
+def manifest_repetition(manifest: dict) -> RepetitionSettings:
+    """The repetition controls a family's playground.json suggests (Hugging Face's names); off where it names none.
+
+    Small models loop under greedy decoding; a family trained for the playground says what keeps its text readable.
+    """
+    return RepetitionSettings(float(manifest.get("repetition_penalty", 1.0)),
+                              int(manifest.get("no_repeat_ngram_size", 0)))
 
 
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
@@ -399,8 +412,10 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     """
     whole = progress or (lambda fraction, message: None)
     exit_layer = None
+    suggested = RepetitionSettings()
     if target is None:
         manifest = demo_manifest()
+        suggested = manifest_repetition(manifest)
         target = str(DEMO_DIR / manifest["target"])
         draft = draft or str(DEMO_DIR / manifest["draft"])
         exit_layer = manifest.get("layer_skip_exit")
@@ -420,6 +435,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     settle_execution(execution, target_model)
     models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype, execution=execution)
     models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
+    models.suggested_repetition = suggested
     if draft:
         assert draft_files is not None, "fetched above whenever a draft model is named"
         report(0.75, f"loading {draft}")

@@ -139,7 +139,21 @@ def test_repetition_options_reach_the_settings():
                                           "--no-repeat-ngram-size", "3"])
     assert cli.settings_from_args(args).repetition == RepetitionSettings(1.3, 3)
     args = cli.build_parser().parse_args(["run", "--prompt", "x"])
-    assert not cli.settings_from_args(args).repetition.active  # off by default
+    assert not cli.settings_from_args(args).repetition.active  # off until models say otherwise
+
+
+def test_repetition_options_left_out_take_what_the_models_suggest():
+    import dataclasses
+
+    from app.engine.settings import RepetitionSettings
+    from tests.widgets.fakes import FAKE_SUMMARY
+
+    summary = dataclasses.replace(FAKE_SUMMARY, suggested_repetition=RepetitionSettings(1.2, 0))
+    parse = cli.build_parser().parse_args
+    assert cli.settings_from_args(parse(["run", "--prompt", "x"]), summary).repetition == RepetitionSettings(1.2, 0)
+    given = parse(["run", "--prompt", "x", "--repetition-penalty", "1", "--no-repeat-ngram-size", "5"])
+    assert cli.settings_from_args(given, summary).repetition == RepetitionSettings(1.0, 5)
+    assert cli.settings_from_args(parse(["run", "--prompt", "x"]), FAKE_SUMMARY).repetition == RepetitionSettings()
 
 
 def test_screenshot_rejects_a_missing_folder_before_opening_anything(capsys, tmp_path):
@@ -180,8 +194,8 @@ def test_every_option_says_its_default(command):
             continue
         assert "default" in text or "(required)" in text, text
     assert "(default: 4)" in entries["--k"]
-    assert "(default: 1.0)" in entries["--repetition-penalty"]
-    assert "(default: 0)" in entries["--no-repeat-ngram-size"]
+    unset = "(default: what the models suggest" if command == "run" else "(default: off)"
+    assert unset in entries["--repetition-penalty"] and unset in entries["--no-repeat-ngram-size"]
 
 
 def test_a_tree_with_a_chain_only_drafter_names_the_drafters_that_branch(loader_forbidden, capsys):
@@ -247,3 +261,21 @@ def test_a_compiling_load_shows_its_steps_on_stderr(monkeypatch, capsys):
         show(0.1, f"downloading org/model: {megabytes} of 5 MB")
     assert capsys.readouterr().err.splitlines() == ["[ 35%] compiling target: verify 8 rows (3/16)",
                                                      "[ 10%] downloading org/model: 0 of 5 MB"]
+
+
+def test_a_familys_playground_json_suggests_its_repetition_controls(tmp_path, monkeypatch, tiny_llama):
+    """The bundled family's manifest reaches the loaded models and their summary; other models suggest none."""
+    import json
+
+    from app.engine import loading
+    from app.engine.engine import ModelsSummary
+    from app.engine.settings import RepetitionSettings
+
+    (tmp_path / "playground.json").write_text(json.dumps(
+        {"target": str(tiny_llama[0]), "draft": str(tiny_llama[1]), "repetition_penalty": 1.2}))
+    monkeypatch.setattr(loading, "DEMO_DIR", tmp_path)
+    bundled = loading.load_models(device="cpu", dtype="float32")
+    assert ModelsSummary.of(bundled).suggested_repetition == RepetitionSettings(1.2, 0)
+    named = loading.load_models(str(tiny_llama[0]), device="cpu", dtype="float32")
+    assert named.suggested_repetition == RepetitionSettings()
+    assert loading.manifest_repetition({"no_repeat_ngram_size": 3}) == RepetitionSettings(1.0, 3)

@@ -3,12 +3,14 @@ remembered between launches."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import PassEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.widgets.drafter_panel import DrafterPanel
-from tests.widgets.fakes import FakeEngine
+from tests.widgets.fakes import FAKE_SUMMARY, FakeEngine
 from tests.widgets.helpers import RUN_MS, wait_for_passes
 
 
@@ -51,6 +53,31 @@ def test_repetition_controls_persist_between_launches(qtbot, make_window, store)
     second = make_window(FakeEngine())
     assert second.live.get().repetition == RepetitionSettings(1.25, 3)
     assert second.drafters.repetition_penalty.value() == 1.25 and second.drafters.no_repeat_ngram.value() == 3
+
+
+def suggesting(penalty: float) -> FakeEngine:
+    """A fake engine whose models suggest a repetition penalty (as the bundled family's playground.json does)."""
+    engine = FakeEngine()
+    engine.summary = dataclasses.replace(FAKE_SUMMARY, suggested_repetition=RepetitionSettings(penalty, 0))
+    return engine
+
+
+def test_the_controls_start_where_the_models_suggest_unless_settings_were_saved(qtbot, make_window, store):
+    fresh = make_window(suggesting(1.2))  # nothing saved yet: a newcomer's first launch
+    assert fresh.live.get().repetition == RepetitionSettings(1.2, 0)
+    assert fresh.drafters.repetition_penalty.value() == 1.2
+    assert "repetition penalty 1.2, as they suggest" in fresh.status.currentMessage()
+    fresh.drafters.repetition_penalty.setValue(1.05)
+    fresh.drafters.flush()
+    fresh.close()
+
+    again = make_window(suggesting(1.2))  # the user's saved choice wins over the suggestion
+    assert again.live.get().repetition == RepetitionSettings(1.05, 0)
+    assert "as they suggest" not in again.status.currentMessage()
+    again.set_engine(FakeEngine())  # models loaded in the session bring theirs: these suggest none
+    assert again.live.get().repetition == RepetitionSettings() and again.drafters.repetition_penalty.value() == 1.0
+    again.set_engine(suggesting(1.3))
+    assert again.live.get().repetition == RepetitionSettings(1.3, 0)
 
 
 def test_a_change_mid_run_applies_from_the_next_pass(qtbot, real_window, tiny_llama):

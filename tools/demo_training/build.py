@@ -187,7 +187,8 @@ def run_build(config: RunConfig, out_dir: Path, cache_dir: Path, checkpoint_seco
         "total_seconds": timings["tokenizer"] + timings["packing"] + target_result.seconds + draft_result.seconds,
         "evaluation_seconds": time.monotonic() - started,
     }
-    write_playground_json(out_dir, evaluation["recommended_exit"], config.seed, config.prose_source)
+    write_playground_json(out_dir, evaluation["recommended_exit"], config.seed, config.prose_source,
+                          config.suggested_repetition_penalty)
     summary = corpus_summary(split, config.prose_source, docs_dir)
     write_card(out_dir, dataclasses.asdict(config), summary, training, evaluation)
     report = {"training": training, "evaluation": evaluation}

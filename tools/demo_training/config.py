@@ -86,6 +86,8 @@ class RunConfig:
     draft_generated_share: float = 0.0
     # An unlikelihood term in the target's loss (None: none).
     unlikelihood: Unlikelihood | None = None
+    # The repetition penalty the family suggests to the window and `run` (playground.json); decoding only.
+    suggested_repetition_penalty: float = 1.0
 
     def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
         """Short hash of the configuration (minus ``exclude``d fields)."""
@@ -109,10 +111,11 @@ class RunConfig:
 
 
 # Fields added after runs were built, with the values those runs had.
-ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0, "unlikelihood": None}
+ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0, "unlikelihood": None,
+               "suggested_repetition_penalty": 1.0}
 DRAFT_FIELDS = frozenset({"draft", "draft_schedule", "distill_temperature", "distill_kl_weight",
                           "draft_generated_blocks", "draft_generated_share"})
-EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
+EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens", "suggested_repetition_penalty"})
 
 
 def full_config(seed: int = DEFAULT_SEED) -> RunConfig:
@@ -241,6 +244,8 @@ def v3_config(seed: int = DEFAULT_SEED) -> RunConfig:
         # of one CPU thread), and the loss is the plain KL to the target: the draft learns the target's greedy
         # choices where they are drafted, not the corpus.
         draft_generated_blocks=1000, draft_generated_share=0.5, distill_temperature=1.0, distill_kl_weight=1.0,
+        # Greedy text loops on most prompts without it; chosen on the development prompts (V2_PLAN.md).
+        suggested_repetition_penalty=1.2,
         early_exit_total_weight=0.5,
         # At width 192 an exit's LM head costs ~3.6 layers: every 16th position keeps the 15 exits near
         # v2's share of a training step.
@@ -266,7 +271,8 @@ def v3_ul_config(seed: int = DEFAULT_SEED) -> RunConfig:
     return dataclasses.replace(
         v3_long_config(seed), name="v3-ul", target_init="v3-long",
         target_schedule=StageSchedule(steps=200, batch_size=8, peak_lr=2e-4, warmup_steps=10, min_lr_ratio=0.5),
-        unlikelihood=Unlikelihood(weight=1.0))
+        # The penalty on top of the unlikelihood term broke most code on the development prompts.
+        unlikelihood=Unlikelihood(weight=1.0), suggested_repetition_penalty=1.0)
 
 
 CONFIGS = {"v1": full_config, "v2": v2_config, "v3": v3_config, "v3-long": v3_long_config, "v3-ul": v3_ul_config,

@@ -39,12 +39,15 @@ def heldout_split(folder: Path, prose_source: str | None, docs_dir: Path | None,
     return source, split_documents(prose_source=source, docs_dir=docs_dir)
 
 
-def write_playground_json(folder: Path, exit_depth: int, seed: int, prose_source: str = "pydoc") -> None:
+def write_playground_json(folder: Path, exit_depth: int, seed: int, prose_source: str = "pydoc",
+                          repetition_penalty: float = 1.0) -> None:
     # prose_source: the corpus the family was trained on, so that tools training or measuring against
     # it (train_heads.py, evaluate_demo_models.py, measure_drafters.py) use the same text and held-out split.
+    # repetition_penalty: where the window and `run` start (app/engine/loading.py `manifest_repetition`).
+    suggestion = {"repetition_penalty": repetition_penalty} if repetition_penalty != 1.0 else {}
     atomic_write_json(folder / "playground.json", {
         "target": "target", "draft": "draft", "layer_skip_exit": exit_depth,
-        "seed": seed, "trained_with": "tools/train_demo_models.py", "prose_source": prose_source})
+        "seed": seed, "trained_with": "tools/train_demo_models.py", "prose_source": prose_source, **suggestion})
 
 
 def recorded_prose_source(folder: Path) -> str | None:
