@@ -44,21 +44,23 @@ READY_PROMPTS = (
         "import os\nimport sys\nimport re\nimport os\nimport sys\nimport re\nimport",
         ("prompt-lookup",), 8, "greedy",
         "The prompt repeats a pattern and so does the continuation: prompt lookup copies it, nearly every "
-        "block is accepted whole and tokens per pass approach K + 1 = 9, for almost no drafting cost."),
+        "draft is accepted (α above 0.9) and a pass commits several tokens, more than half of K + 1 = 9, "
+        "for almost no drafting cost."),
     ReadyPrompt(
-        "Free prose: prompt lookup has little to copy, until the text loops",
+        "Free prose: prompt lookup has little to copy, unless the text loops",
         PROSE,
         ("prompt-lookup",), 8, "greedy",
-        "Fresh prose does not repeat its prompt: in the first 20 passes lookup mostly finds nothing to copy "
-        "(plain target steps, no colour) and what it does propose is rejected. Later this small model starts "
-        "repeating itself, and lookup copies its own loop: α climbs in the α chart. A lookup drafter is only "
-        "as good as the repetition in the text; tokens per pass stay well below the code prompt's."),
+        "Fresh prose does not repeat its prompt: lookup mostly finds nothing to copy (plain target steps, no "
+        "colour) and what it does propose is rejected; tokens per pass stay well below the code prompt's. Set "
+        "the repetition penalty to 1.0 and run it again: this small model soon repeats itself, lookup copies "
+        "its own loop and α climbs in the α chart. A lookup drafter is only as good as the repetition in the "
+        "text."),
     ReadyPrompt(
         "Free prose with a draft model",
         PROSE,
         ("draft-model",), 4, "greedy",
         "A small model of the same family guesses the next words from the first pass on: it drafts in every "
-        "pass (no plain steps) and reaches α above 0.7, with tokens per pass close to E(α, 4). Each draft "
+        "pass (no plain steps) and reaches α near 0.7, with tokens per pass close to E(α, 4). Each draft "
         "step costs c; the theory explorer shows whether K = 4 pays off for the α it reaches."),
     ReadyPrompt(
         "Fallback chain: lookup first, then the draft model",

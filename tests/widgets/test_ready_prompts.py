@@ -8,7 +8,7 @@ from app.engine.decoder import SpeculativeDecoder
 from app.engine.drafters.registry import DRAFTER_LABELS
 from app.engine.events import ASD_EXCEPTION, RESAMPLED, EndEvent, PassEvent
 from app.engine.loading import load_models
-from app.engine.settings import DecodeSettings
+from app.engine.settings import DecodeSettings, RepetitionSettings
 from app.engine.stats import Acceptance
 from app.widgets.guide import READY_PROMPTS, ReadyPrompt, guide_html
 
@@ -26,7 +26,8 @@ def ready(title_start: str) -> ReadyPrompt:
 
 def run(decoder, prompt: ReadyPrompt, **changes) -> tuple[list[PassEvent], EndEvent]:
     """The prompt with its set-up and the default settings, as "Use" then Generate does."""
-    settings = DecodeSettings(drafters=prompt.drafters, k=prompt.k, verify=prompt.verify, max_new_tokens=TOKENS)
+    settings = DecodeSettings(drafters=prompt.drafters, k=prompt.k, verify=prompt.verify, max_new_tokens=TOKENS,
+                              repetition=decoder.models.suggested_repetition)  # where a newcomer's window starts
     events = list(decoder.generate(prompt.prompt, settings.with_changes(**changes)))
     end = events[-1]
     assert isinstance(end, EndEvent) and end.reason != "error", end
@@ -47,30 +48,35 @@ def test_every_ready_prompt_has_a_checked_lesson():
     assert len(READY_PROMPTS) == len(checked)
 
 
-def test_repetitive_code_lookup_approaches_k_plus_one(decoder):
+def test_the_bundled_family_suggests_a_repetition_penalty(decoder):
+    assert decoder.models.suggested_repetition.penalty > 1.0  # the lessons below hold with it, as the window starts
+
+
+def test_repetitive_code_lookup_commits_several_tokens_a_pass(decoder):
     prompt = ready("Repetitive code")
     passes, end = run(decoder, prompt)
     assert end.stats.alpha >= 0.9
-    assert end.stats.tokens_per_pass >= 0.7 * (prompt.k + 1)
-    assert sum(not e.drafted for e in passes) <= 0.1 * len(passes)
+    assert end.stats.tokens_per_pass >= 0.5 * (prompt.k + 1)
+    assert sum(bool(e.drafted) for e in passes) >= 0.7 * len(passes)  # lookup finds a copy in most passes
 
 
-def test_free_prose_lookup_has_little_to_copy_until_the_text_loops(decoder):
+def test_free_prose_lookup_has_little_to_copy_unless_the_text_loops(decoder):
     prompt = ready("Free prose: prompt lookup")
     passes, end = run(decoder, prompt)
     first = passes[:20]
-    assert sum(not e.drafted for e in first) >= len(first) / 2  # mostly plain steps at first
+    assert sum(not e.drafted for e in first) >= len(first) / 2  # mostly plain steps
     assert alpha_of(first) is None or alpha_of(first) < 0.3  # and what it proposes is rejected
-    assert alpha_of(passes[20:]) > 0.8  # later it copies the model's own loop: α climbs
     code_passes, code_end = run(decoder, ready("Repetitive code"))
     assert end.stats.tokens_per_pass < 0.6 * code_end.stats.tokens_per_pass
+    looping, _end = run(decoder, prompt, repetition=RepetitionSettings())  # the penalty at 1.0: the text loops
+    assert alpha_of(looping[20:]) > 0.8  # and lookup copies the model's own loop: α climbs
 
 
 def test_free_prose_draft_model_drafts_every_pass_near_e(decoder):
     prompt = ready("Free prose with a draft model")
     passes, end = run(decoder, prompt)
     assert all(e.drafted for e in passes[:-1])  # the last pass may be clipped to nothing by the token limit
-    assert end.stats.alpha > 0.7
+    assert end.stats.alpha > 0.65
     assert end.stats.tokens_per_pass == pytest.approx(end.stats.expected_tokens_per_pass, rel=0.1)
 
 
