@@ -669,6 +669,4 @@ def models_loaded_message(suggested: RepetitionSettings | None) -> str:
     """The status line after a load; says so when the repetition controls took the models' suggestion."""
     if suggested is None:
         return "Models loaded"
-    parts = ([f"repetition penalty {suggested.penalty:g}"] if suggested.penalty != 1.0 else []) + \
-        ([f"no repeated {suggested.no_repeat_ngram}-grams"] if suggested.no_repeat_ngram else [])
-    return f"Models loaded; {' and '.join(parts)}, as they suggest (small models loop without it)"
+    return f"Models loaded; {suggested.describe()}, as they suggest (small models loop without it)"

@@ -26,6 +26,7 @@ Two measurements, both greedy, in one process:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -45,9 +46,9 @@ from app.engine.cached_model import CachedModel  # noqa: E402
 from app.engine.decoder import SpeculativeDecoder  # noqa: E402
 from app.engine.drafters import build_drafter  # noqa: E402
 from app.engine.events import EndEvent, PassEvent  # noqa: E402
-from app.engine.loading import DEMO_DIR, load_models  # noqa: E402
+from app.engine.loading import DEMO_DIR, folder_repetition, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
-from app.engine.settings import DecodeSettings, DrafterOptions  # noqa: E402
+from app.engine.settings import DecodeSettings, DrafterOptions, RepetitionSettings  # noqa: E402
 from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
@@ -122,8 +123,10 @@ def prompt_file(path: Path) -> list[str]:
     return [p["text"] for p in json.loads(Path(path).read_text())["prompts"]]
 
 
-def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...], max_new: int) -> dict:
-    settings = DecodeSettings(drafters=drafters, k=K, max_new_tokens=max_new)
+def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...], max_new: int,
+             repetition: RepetitionSettings | None = None) -> dict:
+    settings = DecodeSettings(drafters=drafters, k=K, max_new_tokens=max_new,
+                              repetition=repetition or RepetitionSettings())
     passes, started = [], time.perf_counter()
     for event in decoder.generate(prompt, settings):
         if isinstance(event, PassEvent):
@@ -136,7 +139,9 @@ def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...]
             "c": end.stats.c}
 
 
-def speed(models, names, prompts: list[str], repeats: int, max_new: int) -> dict:
+def speed(models, names, prompts: list[str], repeats: int, max_new: int,
+          repetition: RepetitionSettings | None = None) -> dict:
+    """Engine runs with the family's suggested repetition controls (`repetition`), as the window starts."""
     decoder = SpeculativeDecoder(models)
     runs = {name: {p: [] for p in prompts} for name in ("autoregressive", *names)}
     for prompt in prompts:  # warm-up: allocators, caches, lazy imports
@@ -145,7 +150,7 @@ def speed(models, names, prompts: list[str], repeats: int, max_new: int) -> dict
         for prompt in prompts:
             for name in runs:
                 runs[name][prompt].append(generate(decoder, prompt, () if name == "autoregressive" else (name,),
-                                                   max_new))
+                                                   max_new, repetition))
     reference = runs["autoregressive"]
     ar_seconds = sum(statistics.median(r["seconds"] for r in reference[p]) for p in prompts)
     summary = {}
@@ -167,6 +172,11 @@ def speed(models, names, prompts: list[str], repeats: int, max_new: int) -> dict
 
 
 # ---- model card ----------------------------------------------------------------------------------
+
+
+def repetition_text(repetition: dict) -> str:
+    controls = RepetitionSettings(**repetition) if repetition else RepetitionSettings()
+    return f"{controls.describe()} (the family's suggestion)" if controls.active else "no repetition control"
 
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
@@ -199,7 +209,8 @@ def render_section(report: dict) -> str:
             expected += running
         lines.append(f"| `{name}` | " + " | ".join(f"{100 * r:.1f} %" for r in rates) + f" | {expected:.2f} |")
     lines += ["", f"Greedy speculative decoding with the engine, K = {K}, {report['prompts']} held-out prompts x "
-              f"{report['max_new_tokens']} new tokens, median of {report['repeats']} repeats (c = draft time per "
+              f"{report['max_new_tokens']} new tokens, {repetition_text(report.get('repetition', {}))}, median of "
+              f"{report['repeats']} repeats (c = draft time per "
               "drafted token / verification time per pass; speed-up = autoregressive wall time / drafter wall time, "
               "same process):", "",
               "| drafter | alpha | tokens per pass | c | speed-up |", "|---|---|---|---|---|"]
@@ -267,8 +278,10 @@ def main(argv=None) -> int:
     agree = agreement(models, names, blocks, args.stride)
     print(f"[measure] agreement in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     prompts = (prompt_file(args.prompts) if args.prompts is not None else prompt_set(models.tokenizer, split))
+    repetition = folder_repetition(Path(args.target).parent) if args.target else models.suggested_repetition
     report = {"agreement": agree, "anchors": sum(len(range(16, b.numel() - 1, args.stride)) for b in blocks),
-              "speed": speed(models, names, prompts, args.repeats, args.max_new_tokens),
+              "speed": speed(models, names, prompts, args.repeats, args.max_new_tokens, repetition),
+              "repetition": dataclasses.asdict(repetition),
               "prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
               "heads": head_summary(models), "prose_source": prose_source,
               "hardware": f"{torch.get_num_threads()} CPU thread, float32"}

@@ -57,6 +57,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
+from app.engine.settings import RepetitionSettings  # noqa: E402
 from tools.demo_training.evaluation import folder_megabytes, valid_python_lines  # noqa: E402
 from tools.demo_training.model_card import upsert_section  # noqa: E402
 
@@ -68,7 +69,6 @@ LOOP_WINDOW = 64
 LOOP_MIN_N, LOOP_MAX_N = 4, 32
 LOOP_THRESHOLD = 0.5
 GOALS_HEADING = "## Goals on held-out prompts"
-REPETITION_LABELS = (("penalty", "repetition penalty", 1.0), ("no_repeat_ngram", "no-repeat n-gram size", 0))
 LEARNED_HEADS = ("medusa", "mtp", "eagle", "dflash")
 # The family's goals (issue-level targets, measured on the loop-free prompts): (what, figure, bar).
 ALPHA_GOALS = (("draft-model", 0.75), ("eagle", 0.85))
@@ -164,11 +164,9 @@ def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
 def family_repetition(folder: Path, args):
     """The repetition options as given, else what the family's playground.json suggests (else off)."""
     from app.cli import repetition_from_args
-    from app.engine.loading import manifest_repetition
+    from app.engine.loading import folder_repetition
 
-    manifest = folder / "playground.json"
-    return repetition_from_args(args, manifest_repetition(json.loads(manifest.read_text())) if manifest.is_file()
-                                else None)
+    return repetition_from_args(args, folder_repetition(folder))
 
 
 def measure(families: dict[str, Path], prompts: list[dict], repeats: int, max_new: int,
@@ -266,9 +264,8 @@ def render_goals_section(report: dict, command: str) -> str:
              f"{settings['loop_metric']}. Acceptance and speed-ups count the prompts free of loops only. Every "
              "drafter's output equalled autoregressive decoding token for token.", ""]
     for name, family in report["families"].items():
-        repetition = settings.get("repetition", {}).get(name, {})
-        controls = ", ".join(f"{label} {repetition[key]}" for key, label, off in REPETITION_LABELS
-                             if repetition.get(key, off) != off) or "no repetition control"
+        controls = RepetitionSettings(**settings.get("repetition", {}).get(name, {})).describe() or \
+            "no repetition control"
         lines += [f"**{name}** (`{family['folder']}`; {controls})", "", "| goal | measured | |", "|---|---|---|"]
         lines += [f"| {goal} | {measured} | {_mark(met)} |" for goal, measured, met in goal_rows(family)]
         lines += ["", "| method | alpha | acceptance rate | tokens per pass | tokens/s | speed-up |",

@@ -160,6 +160,12 @@ def manifest_repetition(manifest: dict) -> RepetitionSettings:
                               int(manifest.get("no_repeat_ngram_size", 0)))
 
 
+def folder_repetition(family: Path) -> RepetitionSettings:
+    """What a family folder's playground.json suggests (off without one): for tools that load a family by path."""
+    manifest = Path(family) / "playground.json"
+    return manifest_repetition(json.loads(manifest.read_text())) if manifest.is_file() else RepetitionSettings()
+
+
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
     if _is_damaged_weights(exc):
         return ModelLoadError(

@@ -76,6 +76,12 @@ class RepetitionSettings:
     def active(self) -> bool:
         return self.penalty != 1.0 or self.no_repeat_ngram > 0
 
+    def describe(self) -> str:
+        """In words, e.g. "repetition penalty 1.2 and no repeated 3-grams"; "" when both are off."""
+        parts = ([f"repetition penalty {self.penalty:g}"] if self.penalty != 1.0 else []) + \
+            ([f"no repeated {self.no_repeat_ngram}-grams"] if self.no_repeat_ngram else [])
+        return " and ".join(parts)
+
 
 @dataclass(frozen=True)
 class AsdSettings:
