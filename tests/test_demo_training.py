@@ -561,3 +561,18 @@ def test_every_run_has_a_rebuild_command_and_v3_ul_fine_tunes_v3_long():
     fine_tuned, base = select_config("v3-ul", quick=False), select_config("v3-long", quick=False)
     assert fine_tuned.target_init == "v3-long" and fine_tuned.unlikelihood is not None and base.unlikelihood is None
     assert fine_tuned.target == base.target and fine_tuned.target_fingerprint() != base.target_fingerprint()
+
+
+def test_development_prompts_start_held_out_documents_evenly():
+    from tools.demo_training.corpus import Document
+    from tools.demo_training.dev_prompts import dev_prompts
+
+    code = [Document(f"m{i}.py", "code", f'"""Doc."""\nimport os\n\ndef f{i}(x):\n    y = x\n    return y\n\nz = 1\n')
+            for i in range(5)] + [Document("empty.py", "code", "x = 1\n")]
+    words = " ".join(f"word{i}" for i in range(60))
+    prose = [Document("short", "prose", "Too short.\n\n" + words), Document("none", "prose", "Too short.")]
+    prompts = dev_prompts(code, prose, per_domain=3)
+    assert [p["id"] for p in prompts] == ["code-m0.py", "code-m2.py", "code-m4.py", "prose-short"]
+    assert prompts[0]["text"] == "def f0(x):\n    y = x\n    return y"  # ends before a newline
+    prose_text = prompts[-1]["text"]
+    assert len(prose_text) <= 120 and words.startswith(prose_text) and not prose_text.endswith(" ")
