@@ -313,7 +313,7 @@ def test_runs_are_frozen_and_keyed_apart():
     from demo_training.config import CONFIGS, DEFAULT_RUN, select_config
 
     configs = {name: select_config(name, quick=False) for name in CONFIGS}
-    assert DEFAULT_RUN == "v2" and configs["v2"].prose_source == "docs"
+    assert DEFAULT_RUN == "v3" and configs["v3"].prose_source == "docs"
     assert len({c.target_fingerprint() for c in configs.values()}) == len(configs)
     with pytest.raises(dataclasses.FrozenInstanceError):
         configs["v2"].seed = 1  # type: ignore[misc]
@@ -333,7 +333,9 @@ def test_default_cache_is_outside_the_repository(monkeypatch, tmp_path):
     assert REPO_ROOT not in default.parents
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert train_demo_models.default_cache_dir() == tmp_path / "spec-playground" / "demo_training"
-    assert train_demo_models.parse_args([]).run == "v2"
+    from demo_training.config import DEFAULT_RUN
+
+    assert train_demo_models.parse_args([]).run == DEFAULT_RUN == train_demo_models.DEFAULT_RUN
     with pytest.raises(SystemExit):
         train_demo_models.parse_args(["--run", "gpu"])  # sized for a GPU: needs --device cuda
 

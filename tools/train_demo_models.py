@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Rebuild the bundled offline demo models from text available on this machine.
 
-    python tools/train_demo_models.py                 # family v2 (~2 h on 2 cores) -> assets/models/demo/
-    python tools/train_demo_models.py --run v1        # the previous family (~45 min)
-    python tools/train_demo_models.py --run v3        # v2's data, a 16-layer target: cheaper drafters on a CPU
+    python tools/train_demo_models.py                 # family v3, the bundled one (~2.7 h, one thread)
+    python tools/train_demo_models.py --run v1        # the first family (~45 min)
+    python tools/train_demo_models.py --run v2        # an 8 x 256 target on the same data (~2 h on 2 cores)
     python tools/train_demo_models.py --run v3-long   # v3's target trained 1000 steps further (after --run v3)
     python tools/train_demo_models.py --run v3-ul     # v3-long's target trained against its loops (after v3-long)
     python tools/train_demo_models.py --run gpu --device cuda --dtype bfloat16   # GPU recipe
@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("v1", "v2", "v3", "v3-long", "v3-ul", "gpu")
+DEFAULT_RUN = "v3"  # the bundled family; demo_training.config.DEFAULT_RUN (imported only after the environment is set)
 
 
 def default_cache_dir() -> Path:
@@ -42,9 +43,10 @@ def default_cache_dir() -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", choices=RUNS, default="v2",
-                        help="which family to build: v2 (default), v1 (the previous one), v3 (a deep, narrow "
-                        "target), v3-long (v3's target trained further; build v3 first) or gpu (needs --device cuda)")
+    parser.add_argument("--run", choices=RUNS, default=DEFAULT_RUN,
+                        help="which family to build: v3 (the bundled one, the default), v1 or v2 (earlier ones), "
+                        "v3-long (v3's target trained further; build v3 first), v3-ul (v3-long's trained against "
+                        "its loops; build v3-long first) or gpu (needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny corpus slice, tiny models, few steps (~1 minute)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "models" / "demo",
                         help="output folder (default: assets/models/demo)")

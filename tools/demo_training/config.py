@@ -277,7 +277,7 @@ def v3_ul_config(seed: int = DEFAULT_SEED) -> RunConfig:
 
 CONFIGS = {"v1": full_config, "v2": v2_config, "v3": v3_config, "v3-long": v3_long_config, "v3-ul": v3_ul_config,
            "gpu": gpu_config}
-DEFAULT_RUN = "v2"
+DEFAULT_RUN = "v3"  # the bundled family
 
 
 def select_config(run: str, quick: bool, seed: int = DEFAULT_SEED) -> RunConfig:

@@ -17,9 +17,9 @@ DRAFTER_TODO = (
     "speed-ups of each drafter measured with the real speculative-decoding engine)."
 )
 REBUILD_COMMAND = "python tools/train_demo_models.py"
-# Extra arguments that rebuild each named run (v2 is the default run).
-RUN_ARGUMENTS = {"v2": "", "v3": " --run v3", "v3-long": " --run v3 && python tools/train_demo_models.py --run v3-long",
-                 "v3-ul": " --run v3 && python tools/train_demo_models.py --run v3-long"
+# Extra arguments that rebuild each named run (v3 is the default run).
+RUN_ARGUMENTS = {"v3": "", "v2": " --run v2", "v3-long": " && python tools/train_demo_models.py --run v3-long",
+                 "v3-ul": " && python tools/train_demo_models.py --run v3-long"
                           " && python tools/train_demo_models.py --run v3-ul",
                  "full": " --run v1", "gpu": " --run gpu --device cuda --dtype bfloat16",
                  "quick": " --quick --out DIR"}
