@@ -488,13 +488,19 @@ def test_the_drafts_batches_hold_the_targets_own_text_at_its_share(tmp_path, mon
     from tools.demo_training.data import PackedCorpus
 
     config = dataclasses.replace(quick_config(), draft_generated_blocks=50 if share else 0,
-                                 draft_generated_share=share)
+                                 draft_generated_share=share, suggested_repetition_penalty=1.2)
     packed = PackedCorpus(train=torch.zeros(1000, 8, dtype=torch.long))
-    monkeypatch.setattr(build, "generated_blocks", lambda target, corpus, count, *_: torch.ones(count, 8,
-                                                                                                dtype=torch.long))
+    penalties = []
+
+    def written(target, corpus, count, seed, path, penalty):
+        penalties.append(penalty)
+        return torch.ones(count, 8, dtype=torch.long)
+
+    monkeypatch.setattr(build, "generated_blocks", written)
     blocks = build.distillation_blocks(tmp_path, packed, config, teacher=None)
     generated = blocks[:, 0].float().mean().item()
     assert generated == pytest.approx(share, abs=0.02) and len(blocks) >= len(packed.train)
+    assert penalties == ([1.2] if share else [])  # written as the window decodes the family
 
 
 def test_v3s_draft_learns_from_the_targets_own_text_and_the_targets_keep_their_keys():
@@ -506,6 +512,10 @@ def test_v3s_draft_learns_from_the_targets_own_text_and_the_targets_keep_their_k
     assert longer.draft_generated_blocks == v3.draft_generated_blocks
     # the keys their targets were trained under, before the draft's data changed
     assert (v3.target_fingerprint(), longer.target_fingerprint()) == ("07dab4df91", "0fdf23d34c")
+    # the suggested penalty shapes the draft's data, so it keys the draft, not the target
+    other = dataclasses.replace(v3, suggested_repetition_penalty=1.0)
+    assert other.target_fingerprint() == v3.target_fingerprint()
+    assert other.draft_fingerprint() != v3.draft_fingerprint()
 
 
 def test_repeated_ngrams_mark_every_later_occurrence():

@@ -9,6 +9,7 @@ devices as CUDA does), and check that ``--device cuda`` fails cleanly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -162,6 +163,30 @@ def test_greedy_continuations_do_not_depend_on_the_batch(tiny_llama):
     greedy = head_data.greedy_rows(len(prompts))
     assert greedy == 64 and torch.equal(small[:greedy], large[:greedy])
     assert (head_data.greedy_rows(800), head_data.greedy_rows(3000), head_data.greedy_rows(4)) == (448, 1536, 4)
+
+
+def test_greedy_continuations_under_a_penalty_are_generates(tiny_llama):
+    """Written under a repetition penalty, the target's greedy text is `generate`'s with the same penalty."""
+    target, _ = head_data.load_target(tiny_llama[0])
+    prompts = torch.randint(1, 300, (6, 5), generator=torch.Generator().manual_seed(2))
+    ours = head_data.continuations(target, prompts, 12, seed=1, penalty=1.5)
+    hf = target.generate(prompts, max_new_tokens=12, min_new_tokens=12, do_sample=False, repetition_penalty=1.5,
+                         attention_mask=torch.ones_like(prompts), pad_token_id=0)
+    assert torch.equal(ours, hf)
+    assert not torch.equal(ours, head_data.continuations(target, prompts, 12, seed=1))  # the penalty acted
+
+
+def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
+    from tools.train_heads import generation_penalty_of, parse_args
+
+    run = full_run(1234, "docs")
+    assert dataclasses.replace(run, generation_penalty=1.2).data_fingerprint() != run.data_fingerprint()
+    (tmp_path / "target").mkdir()
+    target = ["--target", str(tmp_path / "target")]
+    assert generation_penalty_of(parse_args(target))[0] == 1.0  # no playground.json: off
+    (tmp_path / "playground.json").write_text(json.dumps({"repetition_penalty": 1.2}))
+    assert generation_penalty_of(parse_args(target))[0] == 1.2
+    assert generation_penalty_of(parse_args([*target, "--generation-penalty", "1.0"]))[0] == 1.0
 
 
 class Killed(Exception):

@@ -4,13 +4,17 @@
     python tools/train_heads.py                       # demo target -> assets/models/demo/heads/<family>/
     python tools/train_heads.py --quick --target DIR --out DIR     # ~1 minute miniature (tests)
     python tools/train_heads.py --target DIR --prose-source docs    # corpus prose: the Python documentation
+    python tools/train_heads.py --run long --families eagle     # 3-4x the steps on twice the data, EAGLE only
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
 Self-distillation on the target's own soft labels (see tools/head_training/data.py), on
 the corpus the target was trained on: the prose source its family folder records in
 playground.json (or MODEL_CARD.md), else the pydoc topics; --prose-source overrides it.
-each family's training forward lives beside its drafter in app/engine/drafters/heads,
+The target's continuations in the data are written under the repetition penalty the
+family suggests (--generation-penalty overrides it): the heads learn the text the
+window will ask them to draft. Each family's training forward lives beside its drafter
+in app/engine/drafters/heads,
 the rest of the pipeline in tools/head_training.
 
 --device and --dtype mean what they mean for train_demo_models.py
@@ -29,6 +33,7 @@ resumes, on either device.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -44,6 +49,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from app.engine.drafters.heads import FAMILIES, TargetShape, default_config
+from app.engine.loading import folder_repetition
 from tools.demo_training.corpus import PROSE_SOURCES
 from tools.demo_training.model_card import recorded_prose_source
 from tools.demo_training.python_docs import PythonDocsMissing
@@ -56,7 +62,8 @@ from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, RUNS, lo
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", choices=tuple(RUNS), default="full",
-                        help="full: sized for 2 CPU cores (default); gpu: for a few minutes of one GPU "
+                        help="full: sized for 2 CPU cores (default); long: 3-4x its steps on twice the data; "
+                             "gpu: for a few minutes of one GPU "
                              "(needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny data, tiny heads, a few steps (tests)")
     parser.add_argument("--target", type=Path, default=DEMO_TARGET, help="target model folder (default: demo)")
@@ -69,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs-dir", type=Path, default=None,
                         help="installed Python HTML documentation for --prose-source docs "
                              "(default: /usr/share/doc/pythonX.Y/html)")
+    parser.add_argument("--generation-penalty", type=float, default=None,
+                        help="repetition penalty the target's continuations are written under (default: the one "
+                             "its family folder's playground.json suggests, else 1.0)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="default: cpu")
@@ -92,6 +102,13 @@ def prose_source_of(args: argparse.Namespace) -> tuple[str, str]:
     return "pydoc", "the default: the target's folder records no corpus"
 
 
+def generation_penalty_of(args: argparse.Namespace) -> tuple[float, str]:
+    """The repetition penalty of the target's continuations and why: the option, or the family's suggestion."""
+    if args.generation_penalty is not None:
+        return args.generation_penalty, "--generation-penalty"
+    return folder_repetition(args.target.parent).penalty, "as the target's family folder suggests"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runtime = Runtime(args.device, args.dtype)
@@ -104,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
     prose_source, why = prose_source_of(args)
     log(f"corpus prose: {prose_source} ({why})")
+    penalty, why = generation_penalty_of(args)
+    log(f"continuations under repetition penalty {penalty} ({why})")
     run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
+    run = dataclasses.replace(run, generation_penalty=penalty)
     out = (args.out or DEMO_HEADS).resolve()
     log(f"run {run.name}; training on {runtime.describe()}")
     target, tokenizer = load_target(args.target, runtime.device)

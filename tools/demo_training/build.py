@@ -124,9 +124,13 @@ def distillation_blocks(run_dir: Path, packed: PackedCorpus, config: RunConfig,
     """The draft's training blocks (S, T): the corpus, and the target's own text repeated to its share."""
     if not config.draft_generated_blocks:
         return packed.train
-    log(f"the target writes {config.draft_generated_blocks} blocks of its own text for the draft")
-    path = run_dir / f"generated-{config.draft_generated_blocks}.pt"  # the run folder keys target and corpus
-    generated = generated_blocks(teacher, packed.train, config.draft_generated_blocks, config.seed + 2, path)
+    penalty = config.suggested_repetition_penalty
+    log(f"the target writes {config.draft_generated_blocks} blocks of its own text for the draft "
+        f"(repetition penalty {penalty})")
+    suffix = "" if penalty == 1.0 else f"-rp{penalty}"
+    path = run_dir / f"generated-{config.draft_generated_blocks}{suffix}.pt"  # the run folder keys target and corpus
+    generated = generated_blocks(teacher, packed.train, config.draft_generated_blocks, config.seed + 2, path,
+                                 penalty=penalty)
     share = config.draft_generated_share
     repeats = max(1, round(share * len(packed.train) / ((1 - share) * len(generated))))
     return torch.cat([packed.train, generated.repeat(repeats, 1)])

@@ -86,7 +86,8 @@ class RunConfig:
     draft_generated_share: float = 0.0
     # An unlikelihood term in the target's loss (None: none).
     unlikelihood: Unlikelihood | None = None
-    # The repetition penalty the family suggests to the window and `run` (playground.json); decoding only.
+    # The repetition penalty the family suggests to the window and `run` (playground.json). The target's own
+    # text in the draft's data is written under it too: the draft is scored on text decoded that way.
     suggested_repetition_penalty: float = 1.0
 
     def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
@@ -114,8 +115,8 @@ class RunConfig:
 ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0, "unlikelihood": None,
                "suggested_repetition_penalty": 1.0}
 DRAFT_FIELDS = frozenset({"draft", "draft_schedule", "distill_temperature", "distill_kl_weight",
-                          "draft_generated_blocks", "draft_generated_share"})
-EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens", "suggested_repetition_penalty"})
+                          "draft_generated_blocks", "draft_generated_share", "suggested_repetition_penalty"})
+EVALUATION_FIELDS = frozenset({"eval_blocks_per_domain", "sample_new_tokens"})
 
 
 def full_config(seed: int = DEFAULT_SEED) -> RunConfig:

@@ -104,8 +104,10 @@ def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache:
     order = torch.randperm(len(blocks), generator=generator)
     corpus = blocks[order[: run.corpus_sequences]]
     prompts = blocks[order[run.corpus_sequences:], : run.prompt_len]
-    log(f"target writes {len(prompts)} continuations of {run.seq_len - run.prompt_len} tokens")
-    generated = continuations(target, prompts, run.seq_len - run.prompt_len, run.seed)
+    log(f"target writes {len(prompts)} continuations of {run.seq_len - run.prompt_len} tokens "
+        f"(repetition penalty {run.generation_penalty})")
+    generated = continuations(target, prompts, run.seq_len - run.prompt_len, run.seed,
+                              penalty=run.generation_penalty)
     tokens = torch.cat([corpus, generated])  # (S, T)
     log(f"target features and labels for {tokens.numel()} tokens")
     data = target_outputs(target, tokens, layers)

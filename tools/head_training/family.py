@@ -50,11 +50,15 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
                 "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
                 "data": f"stdlib code + {PROSE_NAMES[run.prose_source]} (tools/demo_training corpus) and target "
-                        "continuations; labels: target top-8 probabilities",
-                "prose_source": run.prose_source,
+                        f"continuations{penalty_text(run.generation_penalty)}; labels: target top-8 probabilities",
+                "prose_source": run.prose_source, "generation_penalty": run.generation_penalty,
                 "hardware": runtime.describe(), "precision": PRECISION[runtime.dtype],
                 "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
+
+
+def penalty_text(penalty: float) -> str:
+    return "" if penalty == 1.0 else f" written under repetition penalty {penalty}"
 
 
 PRECISION = {"float32": "float32", "bfloat16": "bfloat16 mixed-precision (float32 weights)"}
