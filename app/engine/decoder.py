@@ -51,6 +51,7 @@ from app.engine.events import (
 )
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.pass_events import (
+    INSPECT_TOP,
     AsdBlockStart,
     Commit,
     PassClock,
@@ -447,11 +448,11 @@ class SpeculativeDecoder:
         if settings.verify == "asd":
             asd = settings.asd
             return asd_ruling(x, logits, asd.budget - req.spent, asd.gate, asd.cap)
-        return greedy_ruling(x, logits)
+        return greedy_ruling(x, logits, top=INSPECT_TOP)  # the inspector's rows found in the same search
 
     def _read_block(self, draft: Draft, x: torch.Tensor, p: torch.Tensor, ruling: Ruling) -> VerifiedBlock:
         """The pass's one read: what the rule still needs and what the event shows, in one transfer."""
-        host = fetch(ruling.reads | block_reads(x, p, draft.q, ruling.candidates, ruling.rejection))
+        host = fetch(ruling.reads | block_reads(x, p, draft.q, ruling.candidates, ruling.rejection, ruling.top_ids))
         verdict = ruling.finish(host)
         return VerifiedBlock(draft.tokens, verdict, inspection(host, verdict.residual is not None))
 

@@ -114,12 +114,15 @@ class AsdBlockStart:
 
 
 def block_reads(x: Tensor, p: Tensor, q: Tensor | None, candidates: Tensor,
-                rejection: Rejection | None) -> dict[str, Tensor]:
+                rejection: Rejection | None, p_top_ids: Tensor | None = None) -> dict[str, Tensor]:
     """What the event shows of a block, gathered where p lives; nothing is read back here.
 
-    x (K',) long, p (K'+1, V), candidates (K'+1,) long on p's device; q (K', V) or None.
+    x (K',) long, p (K'+1, V), candidates (K'+1,) long on p's device; q (K', V) or None. `p_top_ids`
+    (K'+1, INSPECT_TOP), when the rule found them already, are the ids of p's largest entries, largest first.
     """
-    reads = {"p_appended": _at(p, candidates)} | _top_reads("p_top", p)
+    p_top = _top_reads("p_top", p) if p_top_ids is None else {"p_top_values": p.gather(1, p_top_ids),
+                                                               "p_top_ids": p_top_ids}
+    reads = {"p_appended": _at(p, candidates)} | p_top
     if x.numel():  # a plain step (K' = 0) has no drafts to gather
         reads["p_x"] = _at(p[: x.numel()], x)
     if q is not None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -85,6 +86,7 @@ class Ruling:
     finish: Callable[[Mapping[str, Tensor]], Verdict]  # their host copies -> the verdict
     candidates: Tensor
     rejection: Rejection | None = None  # sample with K > 0 only
+    top_ids: Tensor | None = None  # greedy with `top`: (K+1, top) long, each row's largest logits first
 
 
 def settle(ruling: Ruling) -> Verdict:
@@ -177,17 +179,31 @@ def verify_greedy(draft_ids: Tensor, target_logits: Tensor) -> Verdict:
     return settle(greedy_ruling(draft_ids, target_logits))
 
 
-def greedy_ruling(draft_ids: Tensor, target_logits: Tensor) -> Ruling:
-    """§3 on the device: the target's argmax per row; the host counts the leading matches."""
+def greedy_ruling(draft_ids: Tensor, target_logits: Tensor, top: int = 1) -> Ruling:
+    """§3 on the device: the target's argmax per row; the host counts the leading matches.
+
+    With `top` >= 2 the ids of each row's `top` largest logits come along (`Ruling.top_ids`, for the pass
+    inspector), and the argmax is read off them: one search of the vocabulary instead of two. A row whose
+    maximum is not unique is searched again on the host (rare; torch's argmax takes the first of them).
+    """
     _check_block(draft_ids, target_logits, 1, "target_logits")
-    y = rowwise.argmax(target_logits)  # (K+1,)
+    if top < 2:
+        y = rowwise.argmax(target_logits)  # (K+1,)
+        return Ruling({"target_ids": y, "drafts": draft_ids}, partial(_greedy_finish, None), candidates=y)
+    values, ids = rowwise.topk(target_logits, top)  # (K+1, top), largest first
+    y = ids[:, 0]  # (K+1,)
+    reads = {"target_ids": y, "drafts": draft_ids, "tied": values[:, 0] == values[:, 1]}
+    return Ruling(reads, partial(_greedy_finish, target_logits), candidates=y, top_ids=ids)
 
-    def finish(host: Mapping[str, Tensor]) -> Verdict:
-        targets = host["target_ids"].tolist()  # (K+1,)
-        a = _leading_matches(host["drafts"].tolist(), targets)
-        return Verdict(n_accepted=a, next_token=targets[a], target_ids=host["target_ids"])
 
-    return Ruling({"target_ids": y, "drafts": draft_ids}, finish, candidates=y)
+def _greedy_finish(target_logits: Tensor | None, host: Mapping[str, Tensor]) -> Verdict:
+    targets = host["target_ids"].tolist()  # (K+1,)
+    if "tied" in host and any(host["tied"].tolist()):
+        assert target_logits is not None, "a ruling that reads ties keeps its logits"
+        targets = [int(rowwise.argmax(target_logits[i])) if tied else token
+                   for i, (token, tied) in enumerate(zip(targets, host["tied"].tolist(), strict=True))]
+    a = _leading_matches(host["drafts"].tolist(), targets)
+    return Verdict(n_accepted=a, next_token=targets[a], target_ids=torch.tensor(targets))
 
 
 # ---------------------------------------------------------------- sampling

@@ -20,16 +20,22 @@ def decoder(tiny_llama):
 
 
 def _count_target_forwards(decoder, monkeypatch) -> list[int]:
-    """Rows fed to each target forward from now on."""
+    """Rows fed to each target forward from now on, one-token steps that skip `forward` (lean_step.py) included."""
     model = decoder.models.target
     rows: list[int] = []
-    forward = model.forward
+    forward, lean = model.forward, decoder.target._lean  # noqa: SLF001 - counting its calls
 
     def counted(*args, **kwargs):
         rows.append(kwargs["input_ids"].shape[-1])
         return forward(*args, **kwargs)
 
+    def counted_lean(token, position, cache):
+        rows.append(token.shape[-1])
+        return lean(token, position, cache)
+
     monkeypatch.setattr(model, "forward", counted)
+    if lean is not None:
+        monkeypatch.setattr(decoder.target, "_lean", counted_lean)
     return rows
 
 

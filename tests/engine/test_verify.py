@@ -18,7 +18,9 @@ from app.engine.verify import (
     asd_charge,
     asd_reused,
     asd_saved,
+    greedy_ruling,
     residual_probs,
+    settle,
     strict_prefix_length,
     verify_asd,
     verify_greedy,
@@ -574,3 +576,23 @@ def test_asd_saved_is_exceptions_plus_reused(block):
     for kept in range(v.n_accepted + 1):
         exceptions = sum(v.is_exception(i) for i in range(kept))
         assert asd_saved(v, kept) == max(0, kept - strict) == exceptions + asd_reused(v, kept)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(0, 5), ties=st.integers(1, 12))
+def test_the_greedy_rule_reading_the_top_entries_decides_as_argmax(seed, k, ties):
+    """With the inspector's top entries found in the same search, the verdict is torch's argmax's, ties included:
+    a row whose maximum repeats fewer times than the top holds, and one where it repeats more (read apart)."""
+    gen = torch.Generator().manual_seed(seed)
+    v, top = 300, 8
+    logits = torch.randint(-3, 3, (k + 1, v), generator=gen).float()  # many equal values
+    tied_at = torch.randperm(v, generator=gen)[:ties]
+    logits[:, tied_at] = 5.0  # the maximum, `ties` times per row
+    drafts = torch.where(torch.rand(k, generator=gen) < 0.7, logits[:k].argmax(-1),
+                         torch.randint(0, v, (k,), generator=gen))
+    plain, fused = greedy_ruling(drafts, logits), greedy_ruling(drafts, logits, top=top)
+    expected, got = settle(plain), settle(fused)
+    assert torch.equal(got.target_ids, logits.argmax(-1)) and torch.equal(got.target_ids, expected.target_ids)
+    assert (got.n_accepted, got.next_token) == (expected.n_accepted, expected.next_token)
+    assert fused.top_ids is not None and fused.top_ids.shape == (k + 1, top)
+    assert torch.equal(logits.gather(1, fused.top_ids), logits.topk(top, dim=-1).values)
