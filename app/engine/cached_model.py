@@ -14,8 +14,8 @@ tail is then either kept as one path (`keep_path`: the accepted nodes' keys
 and values are moved next to the sequence, nothing is recomputed) or dropped;
 every other call drops it first.
 
-One-token forwards on the dynamic cache skip the wrappers of the model's `forward` where it allows
-(`lean_step.py`: the same modules, the same logits).
+Chain forwards on the dynamic cache skip the wrappers of the model's `forward` where it allows
+(`lean_forward.py`: the same modules, the same numbers).
 
 The cache is dynamic or static (`app/engine/execution.py`, `static_cache.py`). On the static path a crop is
 a move of the write position, every forward gets a 4D mask over the cache's capacity, and, when compiling,
@@ -37,7 +37,7 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from app.engine.errors import is_out_of_memory
 from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
-from app.engine.lean_step import lean_step
+from app.engine.lean_forward import lean_forward
 from app.engine.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
 from app.engine.tree import TreeRows
 
@@ -109,7 +109,7 @@ class CachedModel:
         self.device = next(model.parameters()).device
         self.feature_layers: tuple[int, ...] = ()
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self._lean = lean_step(model)  # one-token steps on the dynamic cache, where the model allows it
+        self._lean = lean_forward(model)  # chain forwards on the dynamic cache, where the model allows it
         self.execution = execution or Execution()
         problem = static_problem(model) if self.execution.cache == "static" else None
         if problem is not None:
@@ -211,16 +211,17 @@ class CachedModel:
         if self._static is not None:
             return self._static_forward(tokens, positions, visible, hidden, last, slot)
         rows = tokens.numel()
-        if self._lean is not None and rows == 1 and visible is None and not hidden:
+        keep = last if last is not None and last < rows else 0
+        if self._lean is not None and visible is None:
             with torch.inference_mode(), only_layers(self.model, self._subset):
-                logits = self._lean(tokens.to(self.device).view(1, 1), positions.view(1, 1), self.cache)
-            return logits[0].float(), ()
+                logits, states = self._lean(tokens.to(self.device)[None], positions[None], self.cache, keep, hidden)
+            return logits[0].float(), tuple(h[0] for h in states)
         mask = {}
         if visible is not None:
             dtype = self.model.dtype
             additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
             mask = {"attention_mask": additive.to(self.device)[None, None]}  # (1, 1, T, S)
-        head = {"logits_to_keep": last} if last is not None and self._keeps_logits and last < rows else {}
+        head = {"logits_to_keep": keep} if keep and self._keeps_logits else {}
         with torch.inference_mode(), only_layers(self.model, self._subset):
             out = self.model(input_ids=tokens.to(self.device)[None], position_ids=positions[None], cache=self.cache,
                              use_cache=True, output_hidden_states=hidden, **mask, **head)

@@ -20,7 +20,7 @@ def decoder(tiny_llama):
 
 
 def _count_target_forwards(decoder, monkeypatch) -> list[int]:
-    """Rows fed to each target forward from now on, one-token steps that skip `forward` (lean_step.py) included."""
+    """Rows fed to each target forward from now on, one-token steps that skip `forward` (lean_forward.py) included."""
     model = decoder.models.target
     rows: list[int] = []
     forward, lean = model.forward, decoder.target._lean  # noqa: SLF001 - counting its calls
@@ -29,9 +29,9 @@ def _count_target_forwards(decoder, monkeypatch) -> list[int]:
         rows.append(kwargs["input_ids"].shape[-1])
         return forward(*args, **kwargs)
 
-    def counted_lean(token, position, cache):
-        rows.append(token.shape[-1])
-        return lean(token, position, cache)
+    def counted_lean(fed, *args):
+        rows.append(fed.shape[-1])
+        return lean(fed, *args)
 
     monkeypatch.setattr(model, "forward", counted)
     if lean is not None:
