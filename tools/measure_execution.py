@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Time the execution modes side by side: eager on the dynamic cache, eager on the static cache, compiled.
+"""Time the execution modes side by side: eager on the dynamic cache (lean forwards, or the model's forward),
+eager on the static cache, compiled.
 
     python tools/measure_execution.py --json /tmp/execution.json            # the demo family, one CPU thread
-    python tools/measure_execution.py --variants "eager dynamic" --variants "eager static" --repeats 9
+    python tools/measure_execution.py --variants "eager dynamic" --variants "eager dynamic, forward" --repeats 9
 
 For each mode (app/engine/execution.py), on the same weights, interleaved so that a busy machine's drift hits
 every mode alike (each repeat runs every mode back to back):
@@ -43,7 +44,9 @@ from app.engine.execution import Execution  # noqa: E402
 from app.engine.loading import load_models, synchronize  # noqa: E402
 from app.engine.settings import DecodeSettings  # noqa: E402
 
-VARIANTS = {"eager dynamic": ("dynamic", False), "eager static": ("static", False), "compiled static": ("static", True)}
+VARIANTS = {"eager dynamic": Execution("dynamic", False),
+            "eager dynamic, forward": Execution("dynamic", False, lean=False),  # the model's forward, not lean
+            "eager static": Execution("static", False), "compiled static": Execution("static", True)}
 FORWARDS = 20  # timed forwards of each kind per prompt and repeat
 
 
@@ -67,7 +70,7 @@ def forward_ms(decoder: SpeculativeDecoder, ids: torch.Tensor, k: int, generator
 
 
 def measure(models, variants: list[str], prompts, tokens: int, k: int, repeats: int) -> dict:
-    decoders = {name: SpeculativeDecoder(replace(models, execution=Execution(*VARIANTS[name]))) for name in variants}
+    decoders = {name: SpeculativeDecoder(replace(models, execution=replace(VARIANTS[name]))) for name in variants}
     kinds = {"autoregressive": (), "draft-model": ("draft-model",)}
     settings = {kind: DecodeSettings(drafters=drafters, k=k, max_new_tokens=tokens) for kind, drafters in kinds.items()}
     warm_up_s = {}
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="draft model (default: the demo family's)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     parser.add_argument("--dtype", default="auto", help="default auto: float32 on the CPU")
-    parser.add_argument("--variants", action="append", choices=list(VARIANTS), help="modes (default: all three)")
+    parser.add_argument("--variants", action="append", choices=list(VARIANTS), help="modes (default: all)")
     parser.add_argument("--prompts", type=int, default=3, help="prompts of the bench set (default 3)")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per generation (default 64)")
     parser.add_argument("--k", type=int, default=4, help="drafts per pass (default 4)")

@@ -109,8 +109,8 @@ class CachedModel:
         self.device = next(model.parameters()).device
         self.feature_layers: tuple[int, ...] = ()
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self._lean = lean_forward(model)  # chain forwards on the dynamic cache, where the model allows it
         self.execution = execution or Execution()
+        self._lean = lean_forward(model) if self.execution.lean else None  # chains on the dynamic cache
         problem = static_problem(model) if self.execution.cache == "static" else None
         if problem is not None:
             self.execution.note(f"{problem}: the {role} keeps the dynamic cache")

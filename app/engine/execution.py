@@ -53,6 +53,9 @@ class Execution:
 
     cache: str = "dynamic"
     compile: bool = False
+    # Chain forwards on the dynamic cache skip the wrappers of the model's forward where it allows (the same
+    # numbers: lean_forward.py); off only to measure what that saves (tools/measure_execution.py).
+    lean: bool = True
     compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
     notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
     _said: set[str] = field(default_factory=set, compare=False, repr=False)

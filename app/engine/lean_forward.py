@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,7 +38,7 @@ BODY_PARTS = ("embed_tokens", "rotary_emb", "layers", "norm")
 class LeanForward:
     """The decoder stack (`model.model`) and the LM head of one model."""
 
-    body: nn.Module
+    body: Any  # the model's decoder stack: embed_tokens, rotary_emb, layers, norm (nn.Module attributes)
     head: nn.Module
     depth: int  # config.num_hidden_layers: forward runs at most this many of the layers it holds
 

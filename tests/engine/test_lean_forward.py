@@ -102,3 +102,16 @@ def test_the_cached_model_runs_chains_lean_and_matches_a_recompute():
         recomputed = model(input_ids=ids[None]).logits[0, 8:14]
     assert calls == [8, 1, 1, 1, 3]
     torch.testing.assert_close(torch.cat([torch.stack(stepped), block]), recomputed, rtol=1e-5, atol=1e-5)
+
+
+def test_execution_can_switch_the_lean_forward_off_with_the_same_logits():
+    from app.engine.execution import Execution
+
+    model = tiny("llama")
+    lean, plain = CachedModel(model), CachedModel(model, execution=Execution(lean=False))
+    assert lean._lean is not None and plain._lean is None  # noqa: SLF001
+    ids = tokens(10, 11)[0]
+    for cached in (lean, plain):
+        cached.advance_to(ids[:6], last=1)
+    for n in range(6, 10):
+        assert torch.equal(lean.advance_to(ids[: n + 1]), plain.advance_to(ids[: n + 1]))
