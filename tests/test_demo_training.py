@@ -588,3 +588,12 @@ def test_development_prompts_start_held_out_documents_evenly():
     assert prompts[0]["text"] == "def f0(x):\n    y = x\n    return y"  # ends before a newline
     prose_text = prompts[-1]["text"]
     assert len(prose_text) <= 120 and words.startswith(prose_text) and not prose_text.endswith(" ")
+
+
+def test_the_card_says_the_drafts_text_was_written_under_the_penalty():
+    from tools.demo_training.model_card import draft_data_text
+
+    written = {"draft_generated_blocks": 1000, "draft_generated_share": 0.5}
+    assert "penalty" not in draft_data_text(written)
+    assert "repetition penalty, 1.2." in draft_data_text({**written, "suggested_repetition_penalty": 1.2})
+    assert draft_data_text({"draft_generated_blocks": 0}) == ""

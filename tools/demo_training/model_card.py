@@ -255,8 +255,11 @@ def draft_data_text(config: dict) -> str:
     blocks = config.get("draft_generated_blocks", 0)
     if not blocks:
         return ""
+    penalty = config.get("suggested_repetition_penalty", 1.0)
+    written = "" if penalty == 1.0 else f",\n  written under the family's suggested repetition penalty, {penalty}"
     return (f"\n  {config['draft_generated_share']:.0%} of its batches are the target's own text: {blocks:,} blocks,"
-            "\n  each two continuations of corpus prefixes (a quarter prompt), half greedy, half sampled at T = 0.8.")
+            f"\n  each two continuations of corpus prefixes (a quarter prompt), half greedy, half sampled at T = 0.8"
+            f"{written}.")
 
 
 def render_card(config: dict, corpus: dict, training: dict, evaluation: dict, drafter_section: str | None) -> str:
