@@ -232,3 +232,10 @@ def test_head_training_resumes_exactly_from_its_checkpoint(tiny_llama, tmp_path,
     resumed = train(tmp_path / "resumed")
     assert len(calls) == 3  # steps 3, 4, 5 after the checkpoint of step 3
     assert all(v.dtype == torch.float32 and torch.equal(straight[k], v) for k, v in resumed.items())
+
+
+def test_the_drafters_table_says_how_each_heads_text_was_written():
+    from tools.measure_drafters import penalty_words
+
+    assert penalty_words({}) == "; text without a repetition penalty"  # heads trained before it was recorded
+    assert penalty_words({"generation_penalty": 1.2}) == "; text under repetition penalty 1.2"

@@ -183,6 +183,12 @@ def fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
 
 
+def penalty_words(head: dict) -> str:
+    """How the target's text in the head's data was written (`train_heads.py --generation-penalty`)."""
+    penalty = head.get("generation_penalty", 1.0)
+    return "; text without a repetition penalty" if penalty == 1.0 else f"; text under repetition penalty {penalty}"
+
+
 def render_section(report: dict) -> str:
     heads = report["heads"]
     lines = [SECTION, "",
@@ -195,7 +201,7 @@ def render_section(report: dict) -> str:
         if name in heads:
             h = heads[name]
             lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
-                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min |")
+                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min{penalty_words(h)} |")
     agreement_rows = report["agreement"]
     lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
               f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
@@ -233,7 +239,8 @@ def head_summary(models) -> dict:
     for name, spec in models.extras.items():
         training = spec.config.training
         out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
-                     "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0)}
+                     "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0),
+                     "generation_penalty": training.get("generation_penalty", 1.0)}  # 1.0 before it was recorded
     return out
 
 
