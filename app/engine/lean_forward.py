@@ -71,7 +71,7 @@ def lean_forward(model) -> LeanForward | None:
     config = model.config
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return None
-    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+    if any(layer_type != "full_attention" for layer_type in getattr(config, "layer_types", None) or ()):
         return None
     if getattr(config, "logit_scale", None) or getattr(config, "final_logit_softcapping", None):
         return None

@@ -101,7 +101,8 @@ def long_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
     block: about 30 minutes of one CPU thread for EAGLE alone, data included, and about 80 for all four.
 
     The heads of `full_run` were still improving at their last step (EAGLE's loss fell 3 % over its last
-    150 steps), and they had seen each sequence about twice.
+    150 steps), and they had seen each sequence about twice. Tried for EAGLE on v3: a lower loss, but it
+    drafted worse than `full_run`'s (alpha 0.72 against 0.75 on development prompts; V2_PLAN.md).
     """
     return dataclasses.replace(
         full_run(seed, prose_source), name="long", corpus_sequences=4800, generated_sequences=2400,
