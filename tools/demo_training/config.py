@@ -92,12 +92,7 @@ class RunConfig:
 
     def fingerprint(self, exclude: frozenset[str] = frozenset()) -> str:
         """Short hash of the configuration (minus ``exclude``d fields)."""
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in exclude}
-        for name, default in ADDED_LATER.items():  # runs that leave them at their defaults keep their keys
-            if fields.get(name, None) == default:
-                fields.pop(name)
-        payload = json.dumps(fields, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:10]
+        return short_key({k: v for k, v in dataclasses.asdict(self).items() if k not in exclude}, ADDED_LATER)
 
     def target_fingerprint(self) -> str:
         """Keys the run folder: everything the tokenizer and target depend on.
@@ -112,6 +107,13 @@ class RunConfig:
 
 
 # Fields added after runs were built, with the values those runs had.
+def short_key(fields: dict, added_later: dict) -> str:
+    """Short hash of `fields`, leaving out the fields added later that hold their defaults: configurations that
+    leave them there keep the keys they were trained under."""
+    kept = {k: v for k, v in fields.items() if not (k in added_later and v == added_later[k])}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]
+
+
 ADDED_LATER = {"target_init": "", "draft_generated_blocks": 0, "draft_generated_share": 0.0, "unlikelihood": None,
                "suggested_repetition_penalty": 1.0}
 DRAFT_FIELDS = frozenset({"draft", "draft_schedule", "distill_temperature", "distill_kl_weight",

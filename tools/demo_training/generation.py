@@ -47,10 +47,11 @@ def continue_rows(target, tokens: torch.Tensor, length: int, generator: torch.Ge
     """Rows (B, P) on the target's device continued for `length` tokens -> (B, P + length): greedy without a
     generator, else sampled at `SAMPLING_TEMPERATURE`; the logits under repetition penalty `penalty` first."""
     repetition = RepetitionSettings(penalty=penalty)
-    empty = tokens.new_empty(0)
     step = target(input_ids=tokens, use_cache=True)
     for _ in range(length):
-        logits = process_rows(step.logits[:, -1].float(), empty, list(tokens), repetition)  # (B, V)
+        logits = step.logits[:, -1].float()  # (B, V)
+        if repetition.active:  # each row for its own context, the prompt included
+            logits = process_rows(logits, tokens.new_empty(0), list(tokens), repetition)
         if generator is None:
             following = logits.argmax(-1, keepdim=True)  # (B, 1)
         else:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import sys
 from pathlib import Path
 
 from app.engine.drafters.heads import FAMILIES
 
-from ..demo_training.config import StageSchedule, full_config, v2_config
+from ..demo_training.config import StageSchedule, full_config, short_key, v2_config
 from ..demo_training.corpus import PROSE_SOURCES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,24 +48,16 @@ class HeadsRun:
             raise ValueError(f"unknown prose source {self.prose_source!r}; expected one of {PROSE_SOURCES}")
 
     def fingerprint(self) -> str:
-        return digest(without_unset_additions(dataclasses.asdict(self)))
+        return short_key(dataclasses.asdict(self), ADDED_LATER)
 
     def data_fingerprint(self) -> str:
         keys = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prompt_len", "max_code_files",
                 "max_prose_docs", "prose_source", "prose_repeats", "generation_penalty")
-        return digest(without_unset_additions({k: getattr(self, k) for k in keys}))
+        return short_key({k: getattr(self, k) for k in keys}, ADDED_LATER)
 
 
 # Fields added after heads were shipped: left at these values, they stay out of the keys (the keys stay valid).
 ADDED_LATER = {"generation_penalty": 1.0}
-
-
-def without_unset_additions(fields: dict) -> dict:
-    return {k: v for k, v in fields.items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
-
-
-def digest(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def schedule(steps: int, lr: float, batch: int) -> dict:
