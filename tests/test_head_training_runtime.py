@@ -189,6 +189,25 @@ def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
     assert generation_penalty_of(parse_args([*target, "--generation-penalty", "1.0"]))[0] == 1.0
 
 
+def test_hard_labels_move_a_share_onto_the_argmax_and_share_the_soft_runs_data():
+    from tools.train_heads import parse_args
+
+    shape, layers = TargetShape(16, 50, 2), (1, 2)
+    data = synthetic_data(shape, layers)
+    data["label_probs"] = data["label_probs"].sort(-1, descending=True).values  # top-k comes sorted
+    rows = torch.tensor([[0], [3]])
+    _, _, ids, soft = head_data.batch_of(data, rows, layers)
+    _, _, same_ids, hard = head_data.batch_of(data, rows, layers, hard_label_weight=0.5)
+    assert torch.equal(ids, same_ids)
+    assert torch.allclose(soft.sum(-1), torch.ones(2, 32)) and torch.allclose(hard.sum(-1), torch.ones(2, 32))
+    assert torch.allclose(hard[..., 0], 0.5 * soft[..., 0] + 0.5)
+    assert torch.allclose(hard[..., 1:], 0.5 * soft[..., 1:])
+    run = full_run(1234, "docs")
+    mixed = dataclasses.replace(run, hard_label_weight=0.5)
+    assert mixed.data_fingerprint() == run.data_fingerprint() and mixed.fingerprint() != run.fingerprint()
+    assert parse_args(["--hard-label-weight", "0.5"]).hard_label_weight == 0.5
+
+
 class Killed(Exception):
     """Stands in for the process being killed mid-run."""
 

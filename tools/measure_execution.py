@@ -46,6 +46,8 @@ from app.engine.settings import DecodeSettings  # noqa: E402
 
 VARIANTS = {"eager dynamic": Execution("dynamic", False),
             "eager dynamic, forward": Execution("dynamic", False, lean=False),  # the model's forward, not lean
+            "eager dynamic, concatenated": Execution("dynamic", False, growing=False),  # DynamicLayer's appends
+            "eager dynamic, as transformers": Execution("dynamic", False, lean=False, growing=False),
             "eager static": Execution("static", False), "compiled static": Execution("static", True)}
 FORWARDS = 20  # timed forwards of each kind per prompt and repeat
 

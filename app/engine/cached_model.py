@@ -15,7 +15,8 @@ and values are moved next to the sequence, nothing is recomputed) or dropped;
 every other call drops it first.
 
 Chain forwards on the dynamic cache skip the wrappers of the model's `forward` where it allows
-(`lean_forward.py`: the same modules, the same numbers).
+(`lean_forward.py`: the same modules, the same numbers), and the dynamic cache appends by writing the new
+rows into buffers grown by doubling, not by concatenating the whole cache (`growing_cache.py`).
 
 The cache is dynamic or static (`app/engine/execution.py`, `static_cache.py`). On the static path a crop is
 a move of the write position, every forward gets a 4D mask over the cache's capacity, and, when compiling,
@@ -37,6 +38,7 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from app.engine.errors import is_out_of_memory
 from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
+from app.engine.growing_cache import growing_cache
 from app.engine.lean_forward import lean_forward
 from app.engine.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
 from app.engine.tree import TreeRows
@@ -135,12 +137,15 @@ class CachedModel:
         return self._dynamic if self._static is None else self._static.cache
 
     def reset(self) -> None:
-        self._dynamic = DynamicCache() if self._static is None else None
+        self._dynamic = self._new_dynamic_cache() if self._static is None else None
         if self._static is not None:
             self._static.seek(0)
         self.ids = torch.empty(0, dtype=torch.long)  # (L,) on CPU
         self.features: list[torch.Tensor] = []  # per feature layer: (L, H) hidden states aligned with the cache
         self._tail = TreeRows()
+
+    def _new_dynamic_cache(self) -> DynamicCache:
+        return growing_cache() if self.execution.growing else DynamicCache()
 
     def keep_features(self, layers: Iterable[int]) -> None:
         """Also keep these hidden states (indices into HF `hidden_states`, 0 = embeddings) for every cached token.

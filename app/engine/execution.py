@@ -4,7 +4,8 @@ A load-time choice (`load_models(cache=..., compile=...)`, `--cache`, `--compile
 the loaded models and used by every cache that runs one of them: the target's and those of the drafters that
 run a model (draft model, layer skip).
 
-- **dynamic** cache: keys and values grow by concatenation and a rollback crops them. The default on every
+- **dynamic** cache: keys and values grow as tokens are fed (written into buffers whose capacity doubles,
+  growing_cache.py) and a rollback crops them. The default on every
   device: on the CPU it measured fastest (BENCHMARKS.md, "Static cache and compilation"); on CUDA the fast
   path takes over once it passes the device check (`DEFAULTS` below).
 - **static** cache: buffers preallocated at a capacity of a few power-of-two sizes (grown, by copying, when a
@@ -56,6 +57,9 @@ class Execution:
     # Chain forwards on the dynamic cache skip the wrappers of the model's forward where it allows (the same
     # numbers: lean_forward.py); off only to measure what that saves (tools/measure_execution.py).
     lean: bool = True
+    # The dynamic cache writes each forward's keys and values into buffers grown by doubling instead of
+    # concatenating the whole cache (the same numbers: growing_cache.py); off only to measure what that saves.
+    growing: bool = True
     compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
     notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
     _said: set[str] = field(default_factory=set, compare=False, repr=False)

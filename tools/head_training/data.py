@@ -123,10 +123,16 @@ def on_device(data: dict, device: str) -> dict:
             for key, value in data.items()}
 
 
-def batch_of(data: dict, indices: torch.Tensor, layers: tuple[int, ...]) -> tuple:
+def batch_of(data: dict, indices: torch.Tensor, layers: tuple[int, ...], hard_label_weight: float = 0.0) -> tuple:
     """tokens (B, T), features [(B, T, H)] in `layers` order (float32), label ids/probs (B, T, k), on the device
-    of the data."""
+    of the data.
+
+    The labels are the target's top-k probabilities renormalised, with a share `hard_label_weight` of each moved
+    onto its argmax (column 0: top-k is sorted).
+    """
     rows = indices.reshape(-1).to(data["tokens"].device)
     features = [data["features"][layer][rows].float() for layer in layers]
     probs = data["label_probs"][rows].float()
-    return data["tokens"][rows], features, data["label_ids"][rows].long(), probs / probs.sum(-1, keepdim=True)
+    probs = (1 - hard_label_weight) * probs / probs.sum(-1, keepdim=True)
+    probs[..., 0] += hard_label_weight
+    return data["tokens"][rows], features, data["label_ids"][rows].long(), probs

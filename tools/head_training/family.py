@@ -39,7 +39,8 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
     def loss_fn(model, indices, step):
         generator.manual_seed(run.seed * 100_003 + step)  # row choice depends only on (seed, step): resumable
         with on_default_device(runtime.device):
-            loss = loss_of(model, parts, batch_of(data, indices, config.feature_layers), run, generator)
+            loss = loss_of(model, parts, batch_of(data, indices, config.feature_layers, run.hard_label_weight), run,
+                             generator)
         return loss, loss.item()
 
     sequences = torch.arange(len(data["tokens"]))[:, None]  # train_stage batches rows of this index table
@@ -50,11 +51,17 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
                 "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
                 "data": f"stdlib code + {PROSE_NAMES[run.prose_source]} (tools/demo_training corpus) and target "
-                        f"continuations{penalty_text(run.generation_penalty)}; labels: target top-8 probabilities",
+                        f"continuations{penalty_text(run.generation_penalty)}; labels: target top-8 probabilities"
+                        f"{hard_label_text(run.hard_label_weight)}",
                 "prose_source": run.prose_source, "generation_penalty": run.generation_penalty,
+                "hard_label_weight": run.hard_label_weight,
                 "hardware": runtime.describe(), "precision": PRECISION[runtime.dtype],
                 "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
+
+
+def hard_label_text(weight: float) -> str:
+    return "" if weight == 0.0 else f", {weight:g} of each moved onto its argmax"
 
 
 def penalty_text(penalty: float) -> str:
