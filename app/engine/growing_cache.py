@@ -2,9 +2,10 @@
 
 transformers' `DynamicLayer` appends a forward's keys and values by concatenation, which copies the whole
 cache in every layer at every forward, a cost that grows with the context: on a CPU the demo target's
-one-token step with 1,000 tokens cached is 23 % faster without it (BENCHMARKS.md, "Growing cache"). `GrowingLayer` keeps the same tensors as views of buffers whose capacity
-doubles when they fill, writes each forward's rows into place, and crops by taking a shorter view (what
-`DynamicLayer.crop` already does), so a rollback copies nothing either.
+one-token step with 1,000 tokens cached is 23 % faster without it (BENCHMARKS.md, "Growing cache").
+`GrowingLayer` keeps the same tensors as views of buffers whose capacity doubles when they fill, writes
+each forward's rows into place, and crops by taking a shorter view (what `DynamicLayer.crop` already
+does), so a rollback copies nothing either.
 
 The attention reads the same numbers in the same order, so the logits and the cache equal those of
 `DynamicLayer` bit for bit (tests/engine/test_growing_cache.py). Whoever replaces `keys` and `values` with

@@ -44,11 +44,25 @@ def process_rows(logits: Tensor, prefix: Tensor, continuations: Sequence[Tensor]
     contexts, lengths = _padded_contexts(prefix, continuations, logits.device)  # (R, L), (R,)
     z = logits.float()  # (R, V)
     if settings.penalty != 1.0:
-        seen = _mark(contexts, contexts >= 0, z.shape[-1])  # (R, V): the token occurs in the row's context
-        z = torch.where(seen, torch.where(z < 0, z * settings.penalty, z / settings.penalty), z)
+        z = _penalised(z, contexts, settings.penalty)
     if settings.no_repeat_ngram > 0:
         z = z.masked_fill(_banned(contexts, lengths, settings.no_repeat_ngram, z.shape[-1]), float("-inf"))
     return z
+
+
+def _penalised(z: Tensor, contexts: Tensor, penalty: float) -> Tensor:
+    """The penalty on the logits (R, V) of the tokens in each row's context (R, L), a new tensor.
+
+    Only those L entries per row are read and written, as Hugging Face's processor does: a token that occurs
+    more than once is gathered each time before any is written, so it is penalised once. Padding and ids
+    >= V go to a spare column that is dropped.
+    """
+    vocab_size = z.shape[-1]
+    columns = torch.where((contexts >= 0) & (contexts < vocab_size), contexts, vocab_size)  # (R, L)
+    wide = torch.cat([z, z.new_zeros(z.shape[0], 1)], dim=1)  # (R, V+1)
+    score = wide.gather(1, columns)  # (R, L)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return wide.scatter_(1, columns, score)[:, :vocab_size]
 
 
 def _padded_contexts(prefix: Tensor, continuations: Sequence[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
