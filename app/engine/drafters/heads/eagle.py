@@ -61,10 +61,12 @@ class EagleHead(nn.Module):
              memory: KeysValues | None) -> tuple[torch.Tensor, KeysValues]:
         """Rows u (T, H) at `positions` after the rows in `memory` (None: no rows yet) -> outputs o (T, H), memory
         with them."""
-        memory = memory.cat(self.block.keys_values(u, positions)) if memory is not None \
-            else self.block.keys_values(u, positions)
+        normed = self.block.attn_norm(u)
+        fresh = self.block.keys_values(u, positions, normed)
+        memory = memory.cat(fresh) if memory is not None else fresh
         visible = memory.tail(self.window + positions.numel())
-        return self.block(u, positions, visible, window_mask(positions, visible.positions, self.window)), memory
+        mask = window_mask(positions, visible.positions, self.window)
+        return self.block(u, positions, visible, mask, normed), memory
 
 
 class EagleDrafter(HeadDrafter):
@@ -150,7 +152,8 @@ class _TreeRounds:
         own = torch.stack([self.root_output if int(p) < 0 else self.outputs[int(p)] for p in parents])  # (F, H)
         u = self.module.rows(embedded, own)  # (F, H)
         positions = (self.first_position + self.rows.depths[old:]).to(u.device)  # (F,)
-        fresh = self.module.block.keys_values(u, positions)
+        normed = self.module.block.attn_norm(u)
+        fresh = self.module.block.keys_values(u, positions, normed)
         self.tail = fresh if self.tail is None else self.tail.cat(fresh)
         committed = self.memory.tail(self.module.window) if self.memory is not None else None
         window = self.module.window
@@ -160,7 +163,7 @@ class _TreeRounds:
             mask = torch.cat([window_mask(positions, committed.positions, window), tail_visible], dim=1)
         else:
             visible, mask = self.tail, tail_visible
-        out = self.module.block(u, positions, visible, mask)  # (F, H)
+        out = self.module.block(u, positions, visible, mask, normed)  # (F, H)
         self.outputs = torch.cat([self.outputs, out])
         return out
 

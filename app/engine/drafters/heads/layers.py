@@ -12,6 +12,7 @@ way, so a drafter computed over a short window reproduces training exactly.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -30,10 +31,18 @@ class RMSNorm(nn.Module):
         return (x.float() * scale).to(x.dtype) * self.weight
 
 
+@functools.lru_cache(maxsize=16)
+def inverse_frequencies(d: int, theta: float, device: torch.device) -> torch.Tensor:
+    """(d/2,) float32 RoPE frequencies, made once per size and device (outside inference mode, so that training
+    can use them too)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return 1.0 / theta ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d)
+
+
 def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
     """Rotate (..., T, heads, d) by the angles of `positions` (T,) (RoPE, half-split layout)."""
     d = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # (d/2,)
+    inv_freq = inverse_frequencies(d, theta, x.device)  # (d/2,)
     angles = positions.to(x.device, torch.float32)[:, None] * inv_freq  # (T, d/2)
     cos, sin = angles.cos()[:, None, :].to(x.dtype), angles.sin()[:, None, :].to(x.dtype)  # (T, 1, d/2)
     first, second = x[..., : d // 2], x[..., d // 2:]
@@ -117,13 +126,15 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(hidden)
         self.mlp = MLP(hidden, intermediate)
 
-    def keys_values(self, x: torch.Tensor, positions: torch.Tensor) -> KeysValues:
-        return self.attn.keys_values(self.attn_norm(x), positions)
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor, normed: torch.Tensor | None = None) -> KeysValues:
+        """`normed`: attn_norm(x), where the caller has it already."""
+        return self.attn.keys_values(self.attn_norm(x) if normed is None else normed, positions)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, memory: KeysValues,
-                mask: torch.Tensor) -> torch.Tensor:
-        """`memory` must already hold the keys of x's own rows where they attend to themselves."""
-        x = x + self.attn(self.attn_norm(x), positions, memory, mask)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, memory: KeysValues, mask: torch.Tensor,
+                normed: torch.Tensor | None = None) -> torch.Tensor:
+        """`memory` must already hold the keys of x's own rows where they attend to themselves; `normed` as in
+        `keys_values` (a drafting step normalises its row once for both)."""
+        x = x + self.attn(self.attn_norm(x) if normed is None else normed, positions, memory, mask)
         return x + self.mlp(self.mlp_norm(x))
 
     def causal(self, x: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
