@@ -253,8 +253,10 @@ def test_head_training_resumes_exactly_from_its_checkpoint(tiny_llama, tmp_path,
     assert all(v.dtype == torch.float32 and torch.equal(straight[k], v) for k, v in resumed.items())
 
 
-def test_the_drafters_table_says_how_each_heads_text_was_written():
-    from tools.measure_drafters import penalty_words
+def test_the_drafters_table_says_how_each_heads_text_was_written_and_labelled():
+    from tools.measure_drafters import data_words
 
-    assert penalty_words({}) == "; text without a repetition penalty"  # heads trained before it was recorded
-    assert penalty_words({"generation_penalty": 1.2}) == "; text under repetition penalty 1.2"
+    assert data_words({}) == "; text without a repetition penalty"  # heads trained before it was recorded
+    assert data_words({"generation_penalty": 1.2}) == "; text under repetition penalty 1.2"
+    assert data_words({"generation_penalty": 1.2, "hard_label_weight": 0.5}) == \
+        "; text under repetition penalty 1.2; 0.5 of each label on the target's argmax"

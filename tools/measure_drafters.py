@@ -183,10 +183,13 @@ def fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
 
 
-def penalty_words(head: dict) -> str:
-    """How the target's text in the head's data was written (`train_heads.py --generation-penalty`)."""
+def data_words(head: dict) -> str:
+    """How the target's text in the head's data was written (`train_heads.py --generation-penalty`) and how its
+    labels were made (`--hard-label-weight`)."""
     penalty = head.get("generation_penalty", 1.0)
-    return "; text without a repetition penalty" if penalty == 1.0 else f"; text under repetition penalty {penalty}"
+    text = "; text without a repetition penalty" if penalty == 1.0 else f"; text under repetition penalty {penalty}"
+    hard = head.get("hard_label_weight", 0.0)
+    return text + ("" if hard == 0.0 else f"; {hard:g} of each label on the target's argmax")
 
 
 def render_section(report: dict) -> str:
@@ -201,7 +204,7 @@ def render_section(report: dict) -> str:
         if name in heads:
             h = heads[name]
             lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
-                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min{penalty_words(h)} |")
+                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min{data_words(h)} |")
     agreement_rows = report["agreement"]
     lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
               f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
@@ -240,7 +243,8 @@ def head_summary(models) -> dict:
         training = spec.config.training
         out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
                      "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0),
-                     "generation_penalty": training.get("generation_penalty", 1.0)}  # 1.0 before it was recorded
+                     "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
+                     "hard_label_weight": training.get("hard_label_weight", 0.0)}
     return out
 
 
