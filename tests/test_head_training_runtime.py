@@ -206,6 +206,8 @@ def test_hard_labels_move_a_share_onto_the_argmax_and_share_the_soft_runs_data()
     mixed = dataclasses.replace(run, hard_label_weight=0.5)
     assert mixed.data_fingerprint() == run.data_fingerprint() and mixed.fingerprint() != run.fingerprint()
     assert parse_args(["--hard-label-weight", "0.5"]).hard_label_weight == 0.5
+    assert parse_args([]).hard_label_weight is None  # the run's own: broad puts half of each label on the argmax
+    assert RUNS["broad"](1234, "docs").hard_label_weight == 0.5 and run.hard_label_weight == 0.0
 
 
 class Killed(Exception):

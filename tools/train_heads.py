@@ -5,7 +5,7 @@
     python tools/train_heads.py --quick --target DIR --out DIR     # ~1 minute miniature (tests)
     python tools/train_heads.py --target DIR --prose-source docs    # corpus prose: the Python documentation
     python tools/train_heads.py --run long --families eagle     # 3-4x the steps on twice the data, EAGLE only
-    python tools/train_heads.py --run broad --families eagle    # 3-4x the steps on 7x the corpus sequences
+    python tools/train_heads.py --run broad --families eagle    # 7x the corpus sequences, labels half on the argmax
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", choices=tuple(RUNS), default="full",
                         help="full: sized for 2 CPU cores (default); long: 3-4x its steps on twice the data; "
-                             "broad: 3-4x its steps on 7x the corpus sequences; "
+                             "broad: 3-4x its steps on 7x the corpus sequences, labels half on the argmax; "
                              "gpu: for a few minutes of one GPU "
                              "(needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny data, tiny heads, a few steps (tests)")
@@ -81,9 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--generation-penalty", type=float, default=None,
                         help="repetition penalty the target's continuations are written under (default: the one "
                              "its family folder's playground.json suggests, else 1.0)")
-    parser.add_argument("--hard-label-weight", type=float, default=0.0,
-                        help="share of each soft label moved onto the target's argmax (default: 0, the soft "
-                             "labels as they are); the data is shared with the soft-label run")
+    parser.add_argument("--hard-label-weight", type=float, default=None,
+                        help="share of each soft label moved onto the target's argmax (default: the run's, 0.5 "
+                             "for broad, else 0: the soft labels as they are); runs that differ in it alone "
+                             "share their data")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="default: cpu")
@@ -129,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     penalty, why = generation_penalty_of(args)
     log(f"continuations under repetition penalty {penalty} ({why})")
     run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
-    run = dataclasses.replace(run, generation_penalty=penalty, hard_label_weight=args.hard_label_weight)
+    run = dataclasses.replace(run, generation_penalty=penalty)
+    if args.hard_label_weight is not None:
+        run = dataclasses.replace(run, hard_label_weight=args.hard_label_weight)
     out = (args.out or DEMO_HEADS).resolve()
     log(f"run {run.name}; training on {runtime.describe()}")
     target, tokenizer = load_target(args.target, runtime.device)
