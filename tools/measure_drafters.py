@@ -204,7 +204,7 @@ def render_section(report: dict) -> str:
         if name in heads:
             h = heads[name]
             lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
-                         f"{h['steps']} steps, {h['seconds'] / 60:.1f} min{data_words(h)} |")
+                         f"`--run {h['run']}`: {h['steps']} steps, {h['seconds'] / 60:.1f} min{data_words(h)} |")
     agreement_rows = report["agreement"]
     lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
               f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
@@ -243,6 +243,7 @@ def head_summary(models) -> dict:
         training = spec.config.training
         out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
                      "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0),
+                     "run": training.get("run", "full"),
                      "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
                      "hard_label_weight": training.get("hard_label_weight", 0.0)}
     return out
