@@ -210,6 +210,20 @@ def test_hard_labels_move_a_share_onto_the_argmax_and_share_the_soft_runs_data()
     assert RUNS["broad"](1234, "docs").hard_label_weight == 0.5 and run.hard_label_weight == 0.0
 
 
+def test_experiment_options_tune_the_run_and_keep_its_data():
+    from tools.train_heads import parse_args, with_overrides
+
+    run = RUNS["broad"](1234, "docs")
+    tuned = with_overrides(run, parse_args(["--steps", "12000", "--intermediate", "768", "--loss-rows", "0.5"]))
+    assert {s["steps"] for s in tuned.schedules.values()} == {12000}
+    assert all(tuned.schedules[f]["peak_lr"] == run.schedules[f]["peak_lr"] for f in run.schedules)
+    assert tuned.arch["eagle"] == {**run.arch["eagle"], "intermediate": 768}
+    assert tuned.arch["medusa"] == run.arch["medusa"]  # Medusa's heads have no MLP to widen
+    assert tuned.loss_rows == 0.5 and tuned.hard_label_weight == run.hard_label_weight
+    assert tuned.data_fingerprint() == run.data_fingerprint() and tuned.fingerprint() != run.fingerprint()
+    assert with_overrides(run, parse_args([])) == run
+
+
 class Killed(Exception):
     """Stands in for the process being killed mid-run."""
 

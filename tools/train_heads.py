@@ -6,6 +6,7 @@
     python tools/train_heads.py --target DIR --prose-source docs    # corpus prose: the Python documentation
     python tools/train_heads.py --run long --families eagle     # 3-4x the steps on twice the data, EAGLE only
     python tools/train_heads.py --run broad --families eagle    # 7x the corpus sequences, labels half on the argmax
+    python tools/train_heads.py --run broad --families eagle --steps 12000 --intermediate 768   # an experiment
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
@@ -57,7 +58,7 @@ from tools.demo_training.python_docs import PythonDocsMissing
 from tools.demo_training.runtime import DEVICES, DTYPES, Runtime, check_available, prepare
 from tools.head_training.data import build_data, display_name, load_target, on_device, target_checksum
 from tools.head_training.family import export, train_family, write_format_notes
-from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, RUNS, log, quick_run
+from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, RUNS, HeadsRun, log, quick_run, schedule
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="share of each soft label moved onto the target's argmax (default: the run's, 0.5 "
                              "for broad, else 0: the soft labels as they are); runs that differ in it alone "
                              "share their data")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps of every family trained (default: the run's); runs that differ in "
+                             "it alone share their data")
+    parser.add_argument("--intermediate", type=int, default=None,
+                        help="MLP width of the MTP, EAGLE and DFlash blocks (default: the run's)")
+    parser.add_argument("--loss-rows", type=float, default=None,
+                        help="share of positions scored by the LM head per step (default: the run's)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="default: cpu")
@@ -115,6 +123,22 @@ def generation_penalty_of(args: argparse.Namespace) -> tuple[float, str]:
     return folder_repetition(args.target.parent).penalty, "as the target's family folder suggests"
 
 
+def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
+    """The run with the options that tune it for an experiment; the data stays the run's."""
+    if args.hard_label_weight is not None:
+        run = dataclasses.replace(run, hard_label_weight=args.hard_label_weight)
+    if args.loss_rows is not None:
+        run = dataclasses.replace(run, loss_rows=args.loss_rows)
+    if args.steps is not None:
+        run = dataclasses.replace(run, schedules={family: schedule(args.steps, s["peak_lr"], s["batch_size"])
+                                                  for family, s in run.schedules.items()})
+    if args.intermediate is not None:
+        run = dataclasses.replace(run, arch={family: {**arch, "intermediate": args.intermediate}
+                                             if "intermediate" in arch else arch
+                                             for family, arch in run.arch.items()})
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runtime = Runtime(args.device, args.dtype)
@@ -131,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"continuations under repetition penalty {penalty} ({why})")
     run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
     run = dataclasses.replace(run, generation_penalty=penalty)
-    if args.hard_label_weight is not None:
-        run = dataclasses.replace(run, hard_label_weight=args.hard_label_weight)
+    run = with_overrides(run, args)
     out = (args.out or DEMO_HEADS).resolve()
     log(f"run {run.name}; training on {runtime.describe()}")
     target, tokenizer = load_target(args.target, runtime.device)
