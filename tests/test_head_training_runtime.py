@@ -189,6 +189,69 @@ def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
     assert generation_penalty_of(parse_args([*target, "--generation-penalty", "1.0"]))[0] == 1.0
 
 
+def test_labels_under_a_penalty_are_the_engines_processed_distribution(tiny_llama):
+    """Each position's label is the top-k of the target's logits processed as the window processes them, for the
+    context up to that position; with the penalty off the labels are the plain softmax's."""
+    from app.engine.repetition import process_rows
+    from app.engine.settings import RepetitionSettings
+
+    target, _ = head_data.load_target(tiny_llama[0])
+    tokens = torch.randint(1, 40, (3, 24), generator=torch.Generator().manual_seed(3))  # a small id range: repeats
+    plain = head_data.target_outputs(target, tokens, (1,))
+    penalised = head_data.target_outputs(target, tokens, (1,), penalty=1.5)
+    assert torch.equal(plain["features"][1], penalised["features"][1])
+    with torch.no_grad():
+        logits = target(input_ids=tokens).logits  # (S, T, V)
+    settings = RepetitionSettings(penalty=1.5)
+    for s in range(tokens.shape[0]):
+        rows = process_rows(logits[s], torch.empty(0, dtype=torch.long), [tokens[s, : t + 1] for t in range(24)],
+                            settings)  # (T, V)
+        expected = torch.softmax(rows, -1).topk(head_data.LABEL_TOP, dim=-1)
+        assert torch.equal(penalised["label_ids"][s].long(), expected.indices)
+        assert torch.allclose(penalised["label_probs"][s].float(), expected.values, atol=1e-3)
+        plain_top = torch.softmax(logits[s], -1).topk(head_data.LABEL_TOP, dim=-1)
+        assert torch.equal(plain["label_ids"][s].long(), plain_top.indices)
+    assert not torch.equal(plain["label_ids"][:, :, 0], penalised["label_ids"][:, :, 0])  # the penalty acted
+
+
+def test_heads_are_scored_under_the_labels_penalty():
+    """The loss reads each scored row's logits penalised for the context up to its label's position."""
+    from app.engine.repetition import process_rows
+    from app.engine.settings import RepetitionSettings
+    from tools.head_training.losses import head_loss, soft_ce
+
+    shape = TargetShape(16, 50, 2)
+    parts = TargetParts(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50))
+    data = synthetic_data(shape, (1,), sequences=2, length=12)
+    data["tokens"] = torch.randint(0, 6, (2, 12), generator=torch.Generator().manual_seed(1))
+    batch = head_data.batch_of(data, torch.tensor([[0], [1]]), (1,))
+    hidden = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(2))
+    positions = torch.tensor([2, 5, 9, 11])
+    run = dataclasses.replace(full_run(1234, "docs"), label_penalty=1.3)
+    tokens, _, ids, probs = batch
+    with torch.no_grad():
+        logits = parts.logits(hidden)
+        processed = torch.stack([process_rows(logits[b], torch.empty(0, dtype=torch.long),
+                                              [tokens[b, : p + 1] for p in positions.tolist()],
+                                              RepetitionSettings(penalty=1.3)) for b in range(2)])
+        expected = soft_ce(processed.flatten(0, 1), ids[:, positions].flatten(0, 1), probs[:, positions].flatten(0, 1),
+                           torch.ones(8))
+        loss = head_loss(parts, hidden, batch, positions, torch.ones(4, dtype=torch.bool), run)
+        plain = head_loss(parts, hidden, batch, positions, torch.ones(4, dtype=torch.bool), full_run(1234, "docs"))
+    assert torch.allclose(loss, expected) and not torch.allclose(loss, plain)
+
+
+def test_the_label_penalty_keys_the_labels_and_shares_the_text():
+    from tools.train_heads import parse_args, with_overrides
+
+    run = RUNS["broad"](1234, "docs")
+    penalised = with_overrides(run, parse_args(["--label-penalty", "1.2"]))
+    assert penalised.label_penalty == 1.2 and run.label_penalty == 1.0
+    assert penalised.text_fingerprint() == run.text_fingerprint()
+    assert penalised.data_fingerprint() != run.data_fingerprint()
+    assert run.data_fingerprint() == run.text_fingerprint()  # the keys of heads trained before the option stay
+
+
 def test_hard_labels_move_a_share_onto_the_argmax_and_share_the_soft_runs_data():
     from tools.train_heads import parse_args
 

@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="share of each soft label moved onto the target's argmax (default: the run's, 0.5 "
                              "for broad, else 0: the soft labels as they are); runs that differ in it alone "
                              "share their data")
+    parser.add_argument("--label-penalty", type=float, default=None,
+                        help="repetition penalty the labels are taken under and the heads' logits scored under "
+                             "(default: the run's, 1.0: the target's plain distribution)")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps of every family trained (default: the run's); runs that differ in "
                              "it alone share their data")
@@ -127,6 +130,8 @@ def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
     """The run with the options that tune it for an experiment; the data stays the run's."""
     if args.hard_label_weight is not None:
         run = dataclasses.replace(run, hard_label_weight=args.hard_label_weight)
+    if args.label_penalty is not None:
+        run = dataclasses.replace(run, label_penalty=args.label_penalty)
     if args.loss_rows is not None:
         run = dataclasses.replace(run, loss_rows=args.loss_rows)
     if args.steps is not None:

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from app.engine.settings import RepetitionSettings
 
-__all__ = ["RepetitionSettings", "process_rows"]
+__all__ = ["RepetitionSettings", "penalised_where", "process_rows"]
 
 
 def process_rows(logits: Tensor, prefix: Tensor, continuations: Sequence[Tensor],
@@ -61,8 +61,19 @@ def _penalised(z: Tensor, contexts: Tensor, penalty: float) -> Tensor:
     columns = torch.where((contexts >= 0) & (contexts < vocab_size), contexts, vocab_size)  # (R, L)
     wide = torch.cat([z, z.new_zeros(z.shape[0], 1)], dim=1)  # (R, V+1)
     score = wide.gather(1, columns)  # (R, L)
-    score = torch.where(score < 0, score * penalty, score / penalty)
-    return wide.scatter_(1, columns, score)[:, :vocab_size]
+    return wide.scatter_(1, columns, _penalty_on(score, penalty))[:, :vocab_size]
+
+
+def penalised_where(z: Tensor, seen: Tensor, penalty: float) -> Tensor:
+    """The penalty on the logits (..., V) where `seen` (..., V) bool marks the tokens of each row's context.
+
+    The same rule as `process_rows`, over a mask: for training code that scores many positions of one text.
+    """
+    return torch.where(seen, _penalty_on(z, penalty), z)
+
+
+def _penalty_on(score: Tensor, penalty: float) -> Tensor:
+    return torch.where(score < 0, score * penalty, score / penalty)
 
 
 def _padded_contexts(prefix: Tensor, continuations: Sequence[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:

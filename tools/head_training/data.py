@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from app.engine.repetition import penalised_where
+
 from ..demo_training.checkpoint import atomic_torch_save, load_if_exists
 from ..demo_training.corpus import split_documents
 from ..demo_training.data import pack_blocks, spread_blocks, training_documents
@@ -72,21 +74,44 @@ def corpus_blocks(tokenizer, run: HeadsRun, docs_dir: Path | None = None) -> tor
     return spread_blocks(blocks, run.corpus_sequences + run.generated_sequences)
 
 
+def seen_at(tokens: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(B, R, V) bool: token v occurs in x_0 .. x_{positions[r]} of sequence b; tokens (B, T), positions (R,)."""
+    B, T = tokens.shape
+    first = torch.full((B, vocab_size), T, dtype=torch.long, device=tokens.device)  # (B, V) first occurrence
+    order = torch.arange(T, device=tokens.device).expand(B, T)
+    first.scatter_reduce_(1, tokens, order, reduce="amin")
+    return first[:, None, :] <= positions.to(tokens.device)[None, :, None]
+
+
+def penalised_logits(logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+                     penalty: float) -> torch.Tensor:
+    """Logits (B, R, V) at `positions` (R,) of tokens (B, T) under the repetition penalty of each position's
+    context x_0 .. x_position, as the window applies it to the target and every drafter (1.0: untouched)."""
+    if penalty == 1.0:
+        return logits
+    return penalised_where(logits, seen_at(tokens, positions, logits.shape[-1]), penalty)
+
+
 @torch.no_grad()
-def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch: int | None = None) -> dict:
+def target_outputs(target, tokens: torch.Tensor, layers: tuple[int, ...], batch: int | None = None,
+                   penalty: float = 1.0) -> dict:
     """Features (fp16) of `layers` and top-k soft labels for every position of tokens (S, T), on the CPU.
 
-    The target's forward runs on its device; the softmax is taken in float32.
+    The target's forward runs on its device; the labels are taken under the repetition `penalty` of each
+    position's context, the softmax in float32.
     """
     device = device_of(target)
     batch = batch or FEATURE_BATCH.get(device.type, FEATURE_BATCH["cpu"])
     features = {layer: [] for layer in layers}
     label_ids, label_probs = [], []
     for chunk in tokens.split(batch):
-        out = target(input_ids=chunk.to(device), output_hidden_states=True)
+        chunk = chunk.to(device)
+        out = target(input_ids=chunk, output_hidden_states=True)
         for layer in layers:
             features[layer].append(out.hidden_states[layer].half().cpu())  # (B, T, H)
-        top = torch.softmax(out.logits.float(), -1).topk(LABEL_TOP, dim=-1)
+        positions = torch.arange(chunk.shape[1], device=device)
+        logits = penalised_logits(out.logits.float(), chunk, positions, penalty)  # (B, T, V)
+        top = torch.softmax(logits, -1).topk(LABEL_TOP, dim=-1)
         label_ids.append(top.indices.int().cpu())  # (B, T, k)
         label_probs.append(top.values.half().cpu())
     return {"tokens": tokens, "features": {layer: torch.cat(v) for layer, v in features.items()},
@@ -99,6 +124,20 @@ def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache:
     saved = load_if_exists(path)
     if saved is not None and set(saved["features"]) >= set(layers):
         return saved
+    tokens_path = cache / f"tokens-{run.text_fingerprint()}.pt"
+    tokens = load_if_exists(tokens_path)
+    if tokens is None:
+        tokens = training_text(target, tokenizer, run, docs_dir)
+        atomic_torch_save(tokens, tokens_path)
+    log(f"target features and labels for {tokens.numel()} tokens (labels under repetition penalty "
+        f"{run.label_penalty})")
+    data = target_outputs(target, tokens, layers, penalty=run.label_penalty)
+    atomic_torch_save(data, path)
+    return data
+
+
+def training_text(target, tokenizer, run: HeadsRun, docs_dir: Path | None) -> torch.Tensor:
+    """(S, T): corpus blocks, then the target's continuations of other blocks' openings."""
     blocks = corpus_blocks(tokenizer, run, docs_dir)
     generator = torch.Generator().manual_seed(run.seed)
     order = torch.randperm(len(blocks), generator=generator)
@@ -108,11 +147,7 @@ def build_data(target, tokenizer, run: HeadsRun, layers: tuple[int, ...], cache:
         f"(repetition penalty {run.generation_penalty})")
     generated = continuations(target, prompts, run.seq_len - run.prompt_len, run.seed,
                               penalty=run.generation_penalty)
-    tokens = torch.cat([corpus, generated])  # (S, T)
-    log(f"target features and labels for {tokens.numel()} tokens")
-    data = target_outputs(target, tokens, layers)
-    atomic_torch_save(data, path)
-    return data
+    return torch.cat([corpus, generated])
 
 
 def on_device(data: dict, device: str) -> dict:

@@ -52,9 +52,9 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
                 "sequences": len(data["tokens"]), "sequence_length": run.seq_len,
                 "data": f"stdlib code + {PROSE_NAMES[run.prose_source]} (tools/demo_training corpus) and target "
                         f"continuations{penalty_text(run.generation_penalty)}; labels: target top-8 probabilities"
-                        f"{hard_label_text(run.hard_label_weight)}",
+                        f"{penalty_text(run.label_penalty, 'taken')}{hard_label_text(run.hard_label_weight)}",
                 "prose_source": run.prose_source, "generation_penalty": run.generation_penalty,
-                "hard_label_weight": run.hard_label_weight,
+                "hard_label_weight": run.hard_label_weight, "label_penalty": run.label_penalty,
                 "hardware": runtime.describe(), "precision": PRECISION[runtime.dtype],
                 "target_checksum": checksum}
     return dataclasses.replace(config, training=training), module
@@ -64,8 +64,8 @@ def hard_label_text(weight: float) -> str:
     return "" if weight == 0.0 else f", {weight:g} of each moved onto its argmax"
 
 
-def penalty_text(penalty: float) -> str:
-    return "" if penalty == 1.0 else f" written under repetition penalty {penalty}"
+def penalty_text(penalty: float, verb: str = "written") -> str:
+    return "" if penalty == 1.0 else f" {verb} under repetition penalty {penalty}"
 
 
 PRECISION = {"float32": "float32", "bfloat16": "bfloat16 mixed-precision (float32 weights)"}

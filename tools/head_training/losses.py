@@ -17,6 +17,7 @@ import torch
 from app.engine.drafters.heads import dflash, eagle, mtp
 from app.engine.drafters.heads.common import TargetParts
 
+from .data import penalised_logits
 from .run import HeadsRun
 
 POSITION_DECAY = 0.8  # loss weight of draft position j is POSITION_DECAY**j: early drafts matter most
@@ -33,48 +34,53 @@ def sampled_rows(count: int, share: float, generator: torch.Generator, device: t
     return torch.randperm(count, generator=generator, device="cpu")[:keep].sort().values.to(device)
 
 
-def head_loss(parts: TargetParts, hidden: torch.Tensor, label_ids, label_probs, positions: torch.Tensor,
-              valid: torch.Tensor) -> torch.Tensor:
-    """Loss of hidden (B, R, H) LM-head inputs labelled by the target at `positions` (R,); `valid` (R,) bool."""
-    ids = label_ids[:, positions.clamp(max=label_ids.shape[1] - 1)]  # (B, R, k)
-    probs = label_probs[:, positions.clamp(max=label_probs.shape[1] - 1)]
+def head_loss(parts: TargetParts, hidden: torch.Tensor, batch, positions: torch.Tensor, valid: torch.Tensor,
+              run: HeadsRun) -> torch.Tensor:
+    """Loss of hidden (B, R, H) LM-head inputs labelled by the target at `positions` (R,); `valid` (R,) bool.
+
+    The logits are penalised for each position's context as the labels were (`HeadsRun.label_penalty`).
+    """
+    tokens, _, label_ids, label_probs = batch
+    positions = positions.clamp(max=tokens.shape[1] - 1)
+    ids, probs = label_ids[:, positions], label_probs[:, positions]  # (B, R, k)
+    logits = penalised_logits(parts.logits(hidden), tokens, positions, run.label_penalty)  # (B, R, V)
     weight = valid.float().expand(hidden.shape[0], -1)  # (B, R)
-    return soft_ce(parts.logits(hidden).flatten(0, 1), ids.flatten(0, 1), probs.flatten(0, 1), weight.flatten())
+    return soft_ce(logits.flatten(0, 1), ids.flatten(0, 1), probs.flatten(0, 1), weight.flatten())
 
 
 def medusa_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
-    tokens, (final,), ids, probs = batch
+    tokens, (final,), _, _ = batch
     T = tokens.shape[1]
     rows = sampled_rows(T - 1, run.loss_rows, generator, tokens.device)  # positions i with at least one label
     hidden = module(final[:, rows])  # (B, R, K, H)
     total = 0.0
     for k in range(module.num_heads):  # head k at i predicts x_{i+k+2}: label at i+k+1
         target_pos = rows + k + 1
-        total = total + POSITION_DECAY ** k * head_loss(parts, hidden[:, :, k], ids, probs, target_pos,
-                                                        target_pos <= T - 1)
+        total = total + POSITION_DECAY ** k * head_loss(parts, hidden[:, :, k], batch, target_pos,
+                                                        target_pos <= T - 1, run)
     return total
 
 
 def mtp_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
-    tokens, (final,), ids, probs = batch
+    tokens, (final,), _, _ = batch
     T = tokens.shape[1]
     total = 0.0
     for d, hidden in enumerate(mtp.training_depths(module, parts, tokens, final)):  # h^{d+1} predicts x_{i+d+2}
         rows = sampled_rows(T, run.loss_rows, generator, tokens.device)
         target_pos = rows + d + 1
-        total = total + POSITION_DECAY ** d * head_loss(parts, module.depths[d].out_norm(hidden[:, rows]), ids,
-                                                        probs, target_pos, target_pos <= T - 1)
+        total = total + POSITION_DECAY ** d * head_loss(parts, module.depths[d].out_norm(hidden[:, rows]), batch,
+                                                        target_pos, target_pos <= T - 1, run)
     return total
 
 
 def eagle_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
-    tokens, features, ids, probs = batch
+    tokens, features, _, _ = batch
     T, total = tokens.shape[1], 0.0
     for s, output in enumerate(eagle.unrolled_outputs(module, parts, tokens, features, run.eagle_unroll)):
         picked = sampled_rows(T - 1, run.loss_rows, generator, tokens.device)
         target_pos = picked + s + 1
-        total = total + POSITION_DECAY ** s * head_loss(parts, module.out_norm(output[:, picked]), ids, probs,
-                                                        target_pos, target_pos <= T - 1)
+        total = total + POSITION_DECAY ** s * head_loss(parts, module.out_norm(output[:, picked]), batch,
+                                                        target_pos, target_pos <= T - 1, run)
     return total
 
 
@@ -90,7 +96,7 @@ def dflash_loss(module, parts, batch, run: HeadsRun, generator) -> torch.Tensor:
     drafts = torch.arange(len(anchors), device=tokens.device).repeat_interleave(bs - 1) * bs + offsets
     weight = POSITION_DECAY ** (offsets - 1).float()
     target_pos = anchors.repeat_interleave(bs - 1) + offsets - 1
-    logits = parts.logits(hidden[:, drafts])  # (B, R, V)
+    logits = penalised_logits(parts.logits(hidden[:, drafts]), tokens, target_pos, run.label_penalty)  # (B, R, V)
     B = tokens.shape[0]
     return soft_ce(logits.flatten(0, 1), ids[:, target_pos].flatten(0, 1), probs[:, target_pos].flatten(0, 1),
                    weight.repeat(B))

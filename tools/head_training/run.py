@@ -45,6 +45,11 @@ class HeadsRun:
     # Share of each label moved onto the target's argmax: a greedy verifier accepts a draft only where the
     # argmaxes agree, which the soft labels alone weigh no more than any other mass.
     hard_label_weight: float = 0.0
+    # The repetition penalty the labels are taken under and the heads' logits are scored under: the window applies
+    # the family's penalty to the target and to every drafter alike, so a head is right where its penalised argmax
+    # is the target's penalised argmax (a quarter of the greedy positions of the demo family's text, penalty 1.2,
+    # are not the target's plain argmax).
+    label_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.prose_source not in PROSE_SOURCES:
@@ -53,14 +58,21 @@ class HeadsRun:
     def fingerprint(self) -> str:
         return short_key(dataclasses.asdict(self), ADDED_LATER)
 
+    def text_fingerprint(self) -> str:
+        """The key of the training text (corpus blocks and the target's continuations)."""
+        return short_key({k: getattr(self, k) for k in TEXT_KEYS}, ADDED_LATER)
+
     def data_fingerprint(self) -> str:
-        keys = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prompt_len", "max_code_files",
-                "max_prose_docs", "prose_source", "prose_repeats", "generation_penalty")
-        return short_key({k: getattr(self, k) for k in keys}, ADDED_LATER)
+        """The key of the text with its features and labels."""
+        return short_key({k: getattr(self, k) for k in (*TEXT_KEYS, "label_penalty")}, ADDED_LATER)
+
+
+TEXT_KEYS = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prompt_len", "max_code_files",
+             "max_prose_docs", "prose_source", "prose_repeats", "generation_penalty")
 
 
 # Fields added after heads were shipped: left at these values, they stay out of the keys (the keys stay valid).
-ADDED_LATER = {"generation_penalty": 1.0, "hard_label_weight": 0.0}
+ADDED_LATER = {"generation_penalty": 1.0, "hard_label_weight": 0.0, "label_penalty": 1.0}
 
 
 def schedule(steps: int, lr: float, batch: int) -> dict:
