@@ -105,3 +105,17 @@ def test_code_cut_inside_a_docstring_or_a_call_still_parses_but_broken_code_does
     assert parses("x = compute(", "1, 2,\n    key=lambda item: item[0],")
     assert not parses("def f(a):\n", "    return a a\n    pass")
     assert not parses("def f(a):\n", "    return a)\n\ndef g():\n    return 1")
+
+
+def test_penalty_flips_are_the_positions_the_penalty_moved(tiny_llama):
+    from app.engine.loading import load_models
+    from tools.measure_penalty_flips import measure
+
+    models = load_models(str(tiny_llama[0]), str(tiny_llama[1]), device="cpu", dtype="float32")
+    prompts = ["def add(a, b):", "The quick brown"]
+    plain = measure(models, ["draft-model"], prompts, penalty=1.0, max_new=10)
+    assert plain["positions"] == 20 and plain["flips"] == 0  # no penalty: the choice is always the plain argmax
+    strong = measure(models, ["draft-model", "prompt-lookup"], prompts, penalty=3.0, max_new=10)
+    assert strong["positions"] == 20 and strong["flips"] > 0
+    for rates in strong["first_draft_accepted"].values():
+        assert all(0.0 <= rate <= 1.0 for rate in rates.values())

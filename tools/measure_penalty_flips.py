@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""How often a repetition penalty moves the target's greedy choice, and how each drafter follows it there.
+
+    python tools/measure_penalty_flips.py --prompts PROMPTS.json --drafters eagle,mtp,draft-model
+    python tools/measure_penalty_flips.py --heads DIR --penalty 1.2 --count 10
+
+The target writes each prompt's greedy continuation under the penalty (Hugging
+Face's `generate`). At every written position t the target's choice g_t is the
+argmax of its penalised logits; the position is a *flip* where that is not the
+argmax of its plain logits. Each drafter then drafts one token after x_0 .. x_t
+(teacher-forced on the target's text, with the target's features where it reads
+them), under the same penalty as the engine applies it, and scores where it
+drafted g_t: the first draft position's acceptance under greedy verification,
+on flips and elsewhere. A drafter trained on the plain distribution follows
+the flips poorly; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from app.engine.drafters import build_drafter  # noqa: E402
+from app.engine.loading import load_models  # noqa: E402
+from app.engine.sampling import TokenSampler  # noqa: E402
+from app.engine.settings import DrafterOptions, RepetitionSettings  # noqa: E402
+from tools.measure_drafters import prompt_file  # noqa: E402
+
+HELDOUT = Path(__file__).resolve().parent / "demo_training" / "heldout_prompts.json"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", help="target folder (default: the demo family)")
+    parser.add_argument("--draft", help="draft model folder (with --target)")
+    parser.add_argument("--heads", help="heads folder (default: the family's)")
+    parser.add_argument("--drafters", default="eagle,mtp,draft-model")
+    parser.add_argument("--prompts", type=Path, default=HELDOUT)
+    parser.add_argument("--count", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--penalty", type=float, default=1.2)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def followed(drafter, prefix: torch.Tensor, features, sampler: TokenSampler, choice: int) -> bool:
+    draft = drafter.propose(prefix, 1, sampler, features)
+    return draft is not None and int(draft.tokens[0]) == choice
+
+
+def measure(models, names: list[str], prompts: list[str], penalty: float, max_new: int) -> dict:
+    repetition = RepetitionSettings(penalty=penalty)
+    drafters = {name: build_drafter(name, models, DrafterOptions()) for name in names}
+    counts = {name: {"flips": [0, 0], "elsewhere": [0, 0]} for name in names}  # [followed, positions]
+    for prompt in prompts:
+        ids = models.tokenizer(prompt, return_tensors="pt").input_ids
+        text = models.target.generate(ids, max_new_tokens=max_new, do_sample=False, repetition_penalty=penalty,
+                                      attention_mask=torch.ones_like(ids))[0]  # (N,)
+        with torch.inference_mode():
+            out = models.target(input_ids=text[None], output_hidden_states=True)
+        for t in range(ids.shape[1] - 1, text.numel() - 1):
+            choice = int(text[t + 1])
+            where = "elsewhere" if int(out.logits[0, t].argmax()) == choice else "flips"
+            prefix = text[: t + 1]
+            for name, drafter in drafters.items():
+                features = [out.hidden_states[layer][0, :t] for layer in drafter.feature_layers] or None
+                sampler = TokenSampler(None, torch.Generator(), repetition, prefix)
+                counts[name][where][0] += followed(drafter, prefix, features, sampler, choice)
+                counts[name][where][1] += 1
+    any_counts = next(iter(counts.values()))
+    flips, positions = any_counts["flips"][1], any_counts["flips"][1] + any_counts["elsewhere"][1]
+    return {"penalty": penalty, "prompts": len(prompts), "positions": positions, "flips": flips,
+            "flip_share": round(flips / max(1, positions), 3),
+            "first_draft_accepted": {name: {where: round(hit / max(1, total), 3) for where, (hit, total) in c.items()}
+                                     | {"all": round(sum(h for h, _ in c.values()) / max(1, positions), 3)}
+                                     for name, c in counts.items()}}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    models = load_models(args.target, args.draft, device="cpu", dtype="float32", heads=args.heads)
+    names = [n.strip() for n in args.drafters.split(",") if n.strip() in models.available_drafters]
+    prompts = prompt_file(args.prompts)[: args.count]
+    print(json.dumps(measure(models, names, prompts, args.penalty, args.max_new_tokens), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
