@@ -27,13 +27,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from app.engine.drafters import build_drafter  # noqa: E402
-from app.engine.loading import load_models  # noqa: E402
-from app.engine.sampling import TokenSampler  # noqa: E402
-from app.engine.settings import DrafterOptions, RepetitionSettings  # noqa: E402
-from tools.measure_drafters import prompt_file  # noqa: E402
+from app.engine.drafters import build_drafter
+from app.engine.loading import load_models
+from app.engine.sampling import TokenSampler
+from app.engine.settings import DrafterOptions, RepetitionSettings
+from tools.measure_drafters import prompt_file
 
 HELDOUT = Path(__file__).resolve().parent / "demo_training" / "heldout_prompts.json"
 
