@@ -339,3 +339,6 @@ def test_the_drafters_table_says_how_each_heads_text_was_written_and_labelled():
     assert data_words({"generation_penalty": 1.2}) == "; text under repetition penalty 1.2"
     assert data_words({"generation_penalty": 1.2, "hard_label_weight": 0.5}) == \
         "; text under repetition penalty 1.2; 0.5 of each label on the target's argmax"
+    assert data_words({"generation_penalty": 1.2, "label_penalty": 1.2, "hard_label_weight": 0.5}) == \
+        "; text under repetition penalty 1.2; labels under repetition penalty 1.2; 0.5 of each label on the " \
+        "target's argmax"

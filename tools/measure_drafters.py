@@ -185,11 +185,13 @@ def fmt(value, pattern: str = "{:.2f}") -> str:
 
 def data_words(head: dict) -> str:
     """How the target's text in the head's data was written (`train_heads.py --generation-penalty`) and how its
-    labels were made (`--hard-label-weight`)."""
+    labels were made (`--label-penalty`, `--hard-label-weight`)."""
     penalty = head.get("generation_penalty", 1.0)
     text = "; text without a repetition penalty" if penalty == 1.0 else f"; text under repetition penalty {penalty}"
+    label_penalty = head.get("label_penalty", 1.0)
+    labels = "" if label_penalty == 1.0 else f"; labels under repetition penalty {label_penalty}"
     hard = head.get("hard_label_weight", 0.0)
-    return text + ("" if hard == 0.0 else f"; {hard:g} of each label on the target's argmax")
+    return text + labels + ("" if hard == 0.0 else f"; {hard:g} of each label on the target's argmax")
 
 
 def render_section(report: dict) -> str:
