@@ -177,7 +177,7 @@ def test_greedy_continuations_under_a_penalty_are_generates(tiny_llama):
 
 
 def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
-    from tools.train_heads import generation_penalty_of, parse_args
+    from tools.train_heads import configured_run, generation_penalty_of, parse_args
 
     run = full_run(1234, "docs")
     assert dataclasses.replace(run, generation_penalty=1.2).data_fingerprint() != run.data_fingerprint()
@@ -187,6 +187,9 @@ def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
     (tmp_path / "playground.json").write_text(json.dumps({"repetition_penalty": 1.2}))
     assert generation_penalty_of(parse_args(target))[0] == 1.2
     assert generation_penalty_of(parse_args([*target, "--generation-penalty", "1.0"]))[0] == 1.0
+    run = configured_run(parse_args(target))
+    assert run.generation_penalty == run.label_penalty == 1.2  # the labels are the penalised distribution too
+    assert configured_run(parse_args([*target, "--label-penalty", "1.0"])).label_penalty == 1.0
 
 
 def test_labels_under_a_penalty_are_the_engines_processed_distribution(tiny_llama):

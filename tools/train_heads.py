@@ -14,8 +14,10 @@ Self-distillation on the target's own soft labels (see tools/head_training/data.
 the corpus the target was trained on: the prose source its family folder records in
 playground.json (or MODEL_CARD.md), else the pydoc topics; --prose-source overrides it.
 The target's continuations in the data are written under the repetition penalty the
-family suggests (--generation-penalty overrides it): the heads learn the text the
-window will ask them to draft. Each family's training forward lives beside its drafter
+family suggests (--generation-penalty overrides it), and the labels are the target's
+distributions under that penalty, the heads' logits scored under it too
+(--label-penalty overrides it): the heads learn the text the window will ask them to
+draft, and the choices its verifier will make. Each family's training forward lives beside its drafter
 in app/engine/drafters/heads,
 the rest of the pipeline in tools/head_training.
 
@@ -88,7 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "share their data")
     parser.add_argument("--label-penalty", type=float, default=None,
                         help="repetition penalty the labels are taken under and the heads' logits scored under "
-                             "(default: the run's, 1.0: the target's plain distribution)")
+                             "(default: the continuations' penalty, the one the window decodes the family with; "
+                             "1.0: the target's plain distribution)")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps of every family trained (default: the run's); runs that differ in "
                              "it alone share their data")
@@ -126,6 +129,16 @@ def generation_penalty_of(args: argparse.Namespace) -> tuple[float, str]:
     return folder_repetition(args.target.parent).penalty, "as the target's family folder suggests"
 
 
+def configured_run(args: argparse.Namespace) -> HeadsRun:
+    """The run the options ask for, on the target's corpus prose and under its family's repetition penalty."""
+    prose_source, why = prose_source_of(args)
+    log(f"corpus prose: {prose_source} ({why})")
+    penalty, why = generation_penalty_of(args)
+    log(f"continuations and labels under repetition penalty {penalty} ({why})")
+    run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
+    return with_overrides(dataclasses.replace(run, generation_penalty=penalty, label_penalty=penalty), args)
+
+
 def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
     """The run with the options that tune it for an experiment; the data stays the run's."""
     if args.hard_label_weight is not None:
@@ -154,13 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
-    prose_source, why = prose_source_of(args)
-    log(f"corpus prose: {prose_source} ({why})")
-    penalty, why = generation_penalty_of(args)
-    log(f"continuations under repetition penalty {penalty} ({why})")
-    run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
-    run = dataclasses.replace(run, generation_penalty=penalty)
-    run = with_overrides(run, args)
+    run = configured_run(args)
     out = (args.out or DEMO_HEADS).resolve()
     log(f"run {run.name}; training on {runtime.describe()}")
     target, tokenizer = load_target(args.target, runtime.device)
