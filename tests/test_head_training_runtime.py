@@ -280,12 +280,13 @@ def test_experiment_options_tune_the_run_and_keep_its_data():
     from tools.train_heads import parse_args, with_overrides
 
     run = RUNS["broad"](1234, "docs")
-    tuned = with_overrides(run, parse_args(["--steps", "12000", "--intermediate", "768", "--loss-rows", "0.5"]))
+    tuned = with_overrides(run, parse_args(["--steps", "12000", "--intermediate", "768", "--loss-rows", "0.5",
+                                            "--eagle-unroll", "4"]))
     assert {s["steps"] for s in tuned.schedules.values()} == {12000}
     assert all(tuned.schedules[f]["peak_lr"] == run.schedules[f]["peak_lr"] for f in run.schedules)
     assert tuned.arch["eagle"] == {**run.arch["eagle"], "intermediate": 768}
     assert tuned.arch["medusa"] == run.arch["medusa"]  # Medusa's heads have no MLP to widen
-    assert tuned.loss_rows == 0.5 and tuned.hard_label_weight == run.hard_label_weight
+    assert tuned.loss_rows == 0.5 and tuned.eagle_unroll == 4 and tuned.hard_label_weight == run.hard_label_weight
     assert tuned.data_fingerprint() == run.data_fingerprint() and tuned.fingerprint() != run.fingerprint()
     assert with_overrides(run, parse_args([])) == run
 

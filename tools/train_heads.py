@@ -97,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "it alone share their data")
     parser.add_argument("--intermediate", type=int, default=None,
                         help="MLP width of the MTP, EAGLE and DFlash blocks (default: the run's)")
+    parser.add_argument("--eagle-unroll", type=int, default=None,
+                        help="EAGLE's drafting steps unrolled in training (default: the run's, 3)")
     parser.add_argument("--loss-rows", type=float, default=None,
                         help="share of positions scored by the LM head per step (default: the run's)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
@@ -147,6 +149,8 @@ def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
         run = dataclasses.replace(run, label_penalty=args.label_penalty)
     if args.loss_rows is not None:
         run = dataclasses.replace(run, loss_rows=args.loss_rows)
+    if args.eagle_unroll is not None:
+        run = dataclasses.replace(run, eagle_unroll=args.eagle_unroll)
     if args.steps is not None:
         run = dataclasses.replace(run, schedules={family: schedule(args.steps, s["peak_lr"], s["batch_size"])
                                                   for family, s in run.schedules.items()})
