@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", choices=tuple(RUNS), default="full",
                         help="full: sized for 2 CPU cores (default); long: 3-4x its steps on twice the data; "
-                             "broad: 3-4x its steps on 7x the corpus sequences, labels half on the argmax; "
+                             "broad: 7x the corpus sequences, labels half on the argmax, 3-13x its steps; "
                              "gpu: for a few minutes of one GPU "
                              "(needs --device cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny data, tiny heads, a few steps (tests)")

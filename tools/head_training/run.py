@@ -117,20 +117,22 @@ def long_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
 
 
 def broad_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
-    """`full_run`'s heads on seven times its corpus sequences (about half the corpus) and 3-4x its steps, half of
-    each label moved onto the target's argmax. Each sequence is seen about twice, as in `full_run`. About 50
-    minutes of one CPU thread for EAGLE alone, data included.
+    """`full_run`'s heads on seven times its corpus sequences (about half the corpus), half of each label moved
+    onto the target's argmax; 3-4x `full_run`'s steps (each sequence seen about twice), EAGLE's 13x (about
+    five times). About 70 minutes of one CPU thread for EAGLE alone, 25 for MTP, data not included.
 
     On the soft labels alone more data and more steps lowered the training loss and drafted worse (EAGLE's
     alpha on development prompts 0.74 -> 0.72, as `long_run`'s did): a small head spends what it learns on
     the labels' tail. With half of each label on the argmax, the one token a greedy verifier accepts, the
-    same data and steps drafted better (0.74 -> 0.79; V2_PLAN.md, "Hard labels").
+    same data and steps drafted better (0.74 -> 0.79; V2_PLAN.md, "Hard labels"). With the labels also taken
+    under the family's repetition penalty (`label_penalty`, set by train_heads.py) and three times the
+    steps, EAGLE reached 0.85 ("Labels under the penalty").
     """
     full = full_run(seed, prose_source)
     return dataclasses.replace(
         full, name="broad", corpus_sequences=16000, generated_sequences=2400, hard_label_weight=0.5,
         schedules={"medusa": schedule(4000, 3e-3, 8), "mtp": schedule(3200, 2e-3, 8),
-                   "eagle": schedule(4000, 2e-3, 8), "dflash": schedule(4800, 2e-3, 8)})
+                   "eagle": schedule(12000, 2e-3, 8), "dflash": schedule(4800, 2e-3, 8)})
 
 
 def gpu_run(seed: int, prose_source: str = "pydoc") -> HeadsRun:
