@@ -247,6 +247,7 @@ def head_summary(models) -> dict:
                      "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0),
                      "run": training.get("run", "full"),
                      "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
+                     "label_penalty": training.get("label_penalty", 1.0),
                      "hard_label_weight": training.get("hard_label_weight", 0.0)}
     return out
 
