@@ -142,7 +142,7 @@ def configured_run(args: argparse.Namespace) -> HeadsRun:
 
 
 def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
-    """The run with the options that tune it for an experiment; the data stays the run's."""
+    """The run with the options that tune it for an experiment; the text stays the run's."""
     if args.hard_label_weight is not None:
         run = dataclasses.replace(run, hard_label_weight=args.hard_label_weight)
     if args.label_penalty is not None:
