@@ -119,3 +119,16 @@ def test_penalty_flips_are_the_positions_the_penalty_moved(tiny_llama):
     assert strong["positions"] == 20 and strong["flips"] > 0
     for rates in strong["first_draft_accepted"].values():
         assert all(0.0 <= rate <= 1.0 for rate in rates.values())
+
+
+def test_a_family_assembled_from_links_has_the_size_of_its_files(tmp_path):
+    from tools.demo_training.evaluation import folder_megabytes
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"\0" * 2_000_000)
+    family = tmp_path / "family"
+    family.mkdir()
+    (family / "target").symlink_to(weights)
+    (family / "playground.json").write_text("{}")
+    assert folder_megabytes(family) == 2.0
