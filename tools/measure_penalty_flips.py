@@ -60,7 +60,8 @@ def followed(drafter, prefix: torch.Tensor, features, sampler: TokenSampler, cho
 def measure(models, names: list[str], prompts: list[str], penalty: float, max_new: int) -> dict:
     repetition = RepetitionSettings(penalty=penalty)
     drafters = {name: build_drafter(name, models, DrafterOptions()) for name in names}
-    counts = {name: {"flips": [0, 0], "elsewhere": [0, 0]} for name in names}  # [followed, positions]
+    hits = {name: {"flips": 0, "elsewhere": 0} for name in names}  # first drafts accepted
+    positions = {"flips": 0, "elsewhere": 0}
     for prompt in prompts:
         ids = models.tokenizer(prompt, return_tensors="pt").input_ids
         text = models.target.generate(ids, max_new_tokens=max_new, do_sample=False, repetition_penalty=penalty,
@@ -70,19 +71,21 @@ def measure(models, names: list[str], prompts: list[str], penalty: float, max_ne
         for t in range(ids.shape[1] - 1, text.numel() - 1):
             choice = int(text[t + 1])
             where = "elsewhere" if int(out.logits[0, t].argmax()) == choice else "flips"
+            positions[where] += 1
             prefix = text[: t + 1]
+            sampler = TokenSampler(None, torch.Generator(), repetition, prefix)
             for name, drafter in drafters.items():
                 features = [out.hidden_states[layer][0, :t] for layer in drafter.feature_layers] or None
-                sampler = TokenSampler(None, torch.Generator(), repetition, prefix)
-                counts[name][where][0] += followed(drafter, prefix, features, sampler, choice)
-                counts[name][where][1] += 1
-    any_counts = next(iter(counts.values()))
-    flips, positions = any_counts["flips"][1], any_counts["flips"][1] + any_counts["elsewhere"][1]
-    return {"penalty": penalty, "prompts": len(prompts), "positions": positions, "flips": flips,
-            "flip_share": round(flips / max(1, positions), 3),
-            "first_draft_accepted": {name: {where: round(hit / max(1, total), 3) for where, (hit, total) in c.items()}
-                                     | {"all": round(sum(h for h, _ in c.values()) / max(1, positions), 3)}
-                                     for name, c in counts.items()}}
+                hits[name][where] += followed(drafter, prefix, features, sampler, choice)
+    total = sum(positions.values())
+    return {"penalty": penalty, "prompts": len(prompts), "positions": total, "flips": positions["flips"],
+            "flip_share": share(positions["flips"], total),
+            "first_draft_accepted": {name: {**{where: share(h[where], positions[where]) for where in positions},
+                                            "all": share(sum(h.values()), total)} for name, h in hits.items()}}
+
+
+def share(part: int, whole: int) -> float:
+    return round(part / max(1, whole), 3)
 
 
 def main(argv=None) -> int:
