@@ -289,6 +289,43 @@ def test_experiment_options_tune_the_run_and_keep_its_data():
     assert tuned.loss_rows == 0.5 and tuned.eagle_unroll == 4 and tuned.hard_label_weight == run.hard_label_weight
     assert tuned.data_fingerprint() == run.data_fingerprint() and tuned.fingerprint() != run.fingerprint()
     assert with_overrides(run, parse_args([])) == run
+    slower = with_overrides(run, parse_args(["--peak-lr", "1e-3"]))
+    assert {s["peak_lr"] for s in slower.schedules.values()} == {1e-3}
+    assert all(slower.schedules[f]["steps"] == run.schedules[f]["steps"] for f in run.schedules)
+
+
+def test_a_continued_run_is_refused_an_output_folder_that_is_its_start(tmp_path):
+    from tools.train_heads import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--init-from", str(tmp_path), "--out", str(tmp_path)])
+    assert parse_args(["--init-from", str(tmp_path), "--out", str(tmp_path / "next")]).init_from == tmp_path
+
+
+def test_a_head_continues_from_an_exported_head_and_records_it(tiny_llama, tmp_path):
+    target, _ = head_data.load_target(tiny_llama[0])
+    shape = TargetShape.of(target, target.config.num_hidden_layers)
+    family = "eagle"
+    fresh = dataclasses.replace(quick_run(7), schedules={f: {**s, "steps": 4} for f, s in quick_run(7).schedules.items()})
+    data = synthetic_data(shape, default_config(family, shape).feature_layers)
+    config, module = head_family.train_family(family, target, data, fresh, shape, "tiny", "x", tmp_path / "a", 0.0)
+    head_family.export(tmp_path / "heads", family, config, module)
+    start = tmp_path / "heads" / family
+    exported = {k: v.float() for k, v in load_file(str(start / "model.safetensors")).items()}
+
+    # At learning rate 0 (AdamW's decay scales with it too) a continuation must return the head it started from.
+    still = dataclasses.replace(fresh, head_init={family: head_family.head_checksum(start)},
+                                schedules={f: {**s, "peak_lr": 0.0} for f, s in fresh.schedules.items()})
+    assert still.fingerprint() != dataclasses.replace(still, head_init={}).fingerprint()
+    continued, module = head_family.train_family(family, target, data, still, shape, "tiny", "x", tmp_path / "b",
+                                                 0.0, init=start)
+    assert all(torch.equal(exported[k], v) for k, v in module.state_dict().items())
+    assert continued.training["continues"] == {"checksum": head_family.head_checksum(start), "steps": 4}
+    assert "continues" not in config.training
+
+    wider = dataclasses.replace(still, arch={**still.arch, family: {**still.arch[family], "intermediate": 96}})
+    with pytest.raises(head_family.HeadInitMismatch, match="intermediate"):
+        head_family.train_family(family, target, data, wider, shape, "tiny", "x", tmp_path / "c", 0.0, init=start)
 
 
 class Killed(Exception):

@@ -7,6 +7,8 @@
     python tools/train_heads.py --run long --families eagle     # 3-4x the steps on twice the data, EAGLE only
     python tools/train_heads.py --run broad --families eagle    # 7x the corpus sequences, labels half on the argmax
     python tools/train_heads.py --run broad --families eagle --steps 12000 --intermediate 768   # an experiment
+    python tools/train_heads.py --run broad --families eagle --init-from assets/models/demo/heads --steps 8000 \
+        --peak-lr 1e-3 --out DIR                      # continue the shipped head for 8,000 more steps
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
@@ -59,7 +61,7 @@ from tools.demo_training.model_card import recorded_prose_source
 from tools.demo_training.python_docs import PythonDocsMissing
 from tools.demo_training.runtime import DEVICES, DTYPES, Runtime, check_available, prepare
 from tools.head_training.data import build_data, display_name, load_target, on_device, target_checksum
-from tools.head_training.family import export, train_family, write_format_notes
+from tools.head_training.family import HeadInitMismatch, export, head_checksum, train_family, write_format_notes
 from tools.head_training.run import DEMO_HEADS, DEMO_TARGET, REPO_ROOT, RUNS, HeadsRun, log, quick_run, schedule
 
 
@@ -101,6 +103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="EAGLE's drafting steps unrolled in training (default: the run's, 3)")
     parser.add_argument("--loss-rows", type=float, default=None,
                         help="share of positions scored by the LM head per step (default: the run's)")
+    parser.add_argument("--peak-lr", type=float, default=None,
+                        help="peak learning rate of every family trained (default: the run's)")
+    parser.add_argument("--init-from", type=Path, default=None,
+                        help="a heads folder (holding <family>/ folders of the same run's architecture) to continue "
+                             "from instead of a fresh initialisation; --out must be another folder")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".cache" / "heads")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="default: cpu")
@@ -111,6 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.run == "gpu" and args.device != "cuda" and not args.quick:
         parser.error("--run gpu is sized for a GPU: add --device cuda (or --quick to test it on the CPU)")
+    if args.init_from is not None and (args.out or DEMO_HEADS).resolve() == args.init_from.resolve():
+        parser.error("--out is the --init-from folder: write the continued heads elsewhere (a rerun would "
+                     "otherwise continue from its own output)")
     return args
 
 
@@ -151,9 +161,10 @@ def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
         run = dataclasses.replace(run, loss_rows=args.loss_rows)
     if args.eagle_unroll is not None:
         run = dataclasses.replace(run, eagle_unroll=args.eagle_unroll)
-    if args.steps is not None:
-        run = dataclasses.replace(run, schedules={family: schedule(args.steps, s["peak_lr"], s["batch_size"])
-                                                  for family, s in run.schedules.items()})
+    if args.steps is not None or args.peak_lr is not None:
+        run = dataclasses.replace(run, schedules={
+            family: schedule(args.steps or s["steps"], args.peak_lr or s["peak_lr"], s["batch_size"])
+            for family, s in run.schedules.items()})
     if args.intermediate is not None:
         run = dataclasses.replace(run, arch={family: {**arch, "intermediate": args.intermediate}
                                              if "intermediate" in arch else arch
@@ -172,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
     run = configured_run(args)
+    missing = [f for f in families if args.init_from is not None and not (args.init_from / f).is_dir()]
+    if missing:
+        print(f"error: --init-from {args.init_from} has no {', '.join(missing)} head folder", file=sys.stderr)
+        return 2
+    if args.init_from is not None:
+        run = dataclasses.replace(run, head_init={f: head_checksum(args.init_from / f) for f in families})
+        log(f"continuing from the heads in {args.init_from}")
     out = (args.out or DEMO_HEADS).resolve()
     log(f"run {run.name}; training on {runtime.describe()}")
     target, tokenizer = load_target(args.target, runtime.device)
@@ -191,8 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for family in families:
         log(f"training {family}")
-        config, module = train_family(family, target, data, run, shape, display_name(args.target), checksum,
-                                      cache, 60 * args.checkpoint_minutes, runtime)
+        init = None if args.init_from is None else args.init_from / family
+        try:
+            config, module = train_family(family, target, data, run, shape, display_name(args.target), checksum,
+                                          cache, 60 * args.checkpoint_minutes, runtime, init)
+        except HeadInitMismatch as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         export(out, family, config, module)
         summary[family] = config.training
         log(f"{family}: {config.training['steps']} steps in {config.training['seconds']}s, "

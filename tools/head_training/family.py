@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import torch
 
 from app.engine.drafters.heads import HeadConfig, TargetParts, TargetShape, build_module, default_config, save_head
+from app.engine.drafters.heads.format import WEIGHTS_FILE, load_weights, read_config
 
 from ..demo_training.checkpoint import atomic_replace_folder, atomic_write_text
 from ..demo_training.config import StageSchedule
@@ -26,12 +28,16 @@ from .run import HeadsRun
 
 def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetShape, target_name: str,
                  checksum: str, cache: Path, checkpoint_seconds: float,
-                 runtime: Runtime = CPU) -> tuple[HeadConfig, torch.nn.Module]:
+                 runtime: Runtime = CPU, init: Path | None = None) -> tuple[HeadConfig, torch.nn.Module]:
     """Train `family` on `data` (on `runtime.device`, as the target is) and return its config and module (CPU,
-    float32). The checkpoint is keyed by the run, not the runtime: a run resumes on either device."""
+    float32). The checkpoint is keyed by the run, not the runtime: a run resumes on either device.
+
+    With `init` (a head folder of this family and architecture, whose checksum `run.head_init` records) the
+    head continues from those weights, its batches drawn in another order than a fresh run's."""
     config = default_config(family, shape, target_name, **run.arch[family])
     torch.manual_seed(run.seed)
     module = build_module(config).float()  # initialised on the CPU: the same weights on every device
+    continued = None if init is None else start_from(module, config, init)
     parts = TargetParts.of(target)
     generator = torch.Generator().manual_seed(run.seed + 1)  # CPU: the rows scored are the same on every device
     loss_of = LOSSES[family]
@@ -45,7 +51,8 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
 
     sequences = torch.arange(len(data["tokens"]))[:, None]  # train_stage batches rows of this index table
     stage = StageSchedule(**run.schedules[family])
-    result = train_stage(family, module, loss_fn, sequences, stage, run.seed,
+    order_seed = run.seed if continued is None else run.seed + 1
+    result = train_stage(family, module, loss_fn, sequences, stage, order_seed,
                          cache / f"{family}-{run.fingerprint()}.ckpt", checkpoint_seconds, runtime)
     training = {"seed": run.seed, "run": run.name, "steps": result.steps, "seconds": round(result.seconds, 1),
                 "final_loss": round(result.final_loss, 4), "batch_size": stage.batch_size,
@@ -57,7 +64,34 @@ def train_family(family: str, target, data: dict, run: HeadsRun, shape: TargetSh
                 "hard_label_weight": run.hard_label_weight, "label_penalty": run.label_penalty,
                 "hardware": runtime.describe(), "precision": PRECISION[runtime.dtype],
                 "target_checksum": checksum}
+    if continued is not None:
+        training["continues"] = continued
     return dataclasses.replace(config, training=training), module
+
+
+class HeadInitMismatch(ValueError):
+    """The head a run would continue from is not of the run's family and architecture."""
+
+
+def head_checksum(folder: Path) -> str:
+    """Short hash of a head folder's weights: the key of a run that continues from them."""
+    return hashlib.sha256((Path(folder) / WEIGHTS_FILE).read_bytes()).hexdigest()[:16]
+
+
+def start_from(module: torch.nn.Module, config: HeadConfig, folder: Path) -> dict:
+    """Load the head in `folder` into `module`; return what the exported config records of it (its checksum
+    and the steps it was trained, from its own record)."""
+    trained = read_config(folder)
+    ours = (config.family, config.arch, config.feature_layers, config.target)
+    if (trained.family, trained.arch, trained.feature_layers, trained.target) != ours:
+        raise HeadInitMismatch(
+            f"{folder} holds a {trained.family} head with arch {trained.arch}, feature layers "
+            f"{list(trained.feature_layers)}, for {trained.target}; this run trains a {config.family} head with "
+            f"arch {config.arch}, feature layers {list(config.feature_layers)}, for {config.target}. Continue "
+            "from a head of the same run (--run, --intermediate) and target.")
+    load_weights(module, folder, config.family)
+    earlier = trained.training.get("continues", {}).get("steps", 0)
+    return {"checksum": head_checksum(folder), "steps": earlier + int(trained.training.get("steps", 0))}
 
 
 def hard_label_text(weight: float) -> str:

@@ -50,6 +50,9 @@ class HeadsRun:
     # is the target's penalised argmax (a quarter of the greedy positions of the demo family's text, penalty 1.2,
     # are not the target's plain argmax).
     label_penalty: float = 1.0
+    # Heads a run continues from instead of a fresh initialisation: family -> checksum of the weights it starts
+    # from (`family.head_checksum`); train_heads.py --init-from fills it in.
+    head_init: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.prose_source not in PROSE_SOURCES:
@@ -72,7 +75,7 @@ TEXT_KEYS = ("seed", "seq_len", "corpus_sequences", "generated_sequences", "prom
 
 
 # Fields added after heads were shipped: left at these values, they stay out of the keys (the keys stay valid).
-ADDED_LATER = {"generation_penalty": 1.0, "hard_label_weight": 0.0, "label_penalty": 1.0}
+ADDED_LATER = {"generation_penalty": 1.0, "hard_label_weight": 0.0, "label_penalty": 1.0, "head_init": {}}
 
 
 def schedule(steps: int, lr: float, batch: int) -> dict:
