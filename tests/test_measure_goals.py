@@ -62,6 +62,7 @@ def test_tiny_families_side_by_side(tiny_llama, tmp_path):
     assert set(figures["all_prompts"]) == {"autoregressive", "draft-model"}  # no heads in the folder
     row = figures["all_prompts"]["draft-model"]
     assert row["accepted"] <= row["drafted"] and 1 <= row["tokens_per_pass"] <= 5
+    assert row["alpha_tested"] >= row["acceptance_rate"]  # tested positions are a subset of the drafted ones
     assert figures["code_parses"].endswith("/1") and figures["continuations"]["c"]["tokens"] == 12
     card = (tmp_path / "CARD.md").read_text()
     assert "old figures" not in card and card.count(GOALS_HEADING) == 1  # replaced, not appended
@@ -132,3 +133,20 @@ def test_a_family_assembled_from_links_has_the_size_of_its_files(tmp_path):
     (family / "target").symlink_to(weights)
     (family / "playground.json").write_text("{}")
     assert folder_megabytes(family) == 2.0
+
+
+def test_the_drafters_speed_table_reports_alpha_and_the_acceptance_rate_apart(tiny_llama):
+    from app.engine.loading import load_models
+    from app.engine.stats import Acceptance
+    from tools.measure_drafters import render_section, speed
+
+    models = load_models(str(tiny_llama[0]), str(tiny_llama[1]), device="cpu", dtype="float32")
+    summary = speed(models, ("draft-model",), ["def add(a, b):", "The quick brown"], repeats=1, max_new=16)
+    row = summary["draft-model"]
+    assert 0 <= row["acceptance_rate"] <= row["alpha"] <= 1
+    assert summary["autoregressive"]["alpha"] is None and Acceptance().alpha is None
+    report = {"heads": {}, "hardware": "cpu", "agreement": {}, "anchors": 0, "prompts": 2, "max_new_tokens": 16,
+              "repeats": 1, "speed": summary}
+    card = render_section(report)
+    assert "| drafter | alpha | acceptance rate |" in card
+    assert f"| `draft-model` | {row['alpha']:.3f} | {row['acceptance_rate']:.3f} |" in card

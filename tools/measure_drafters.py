@@ -17,7 +17,8 @@ Two measurements, both greedy, in one process:
    source as the family folder records it, else the pydoc topics; --prose-source).
 2. Speculative decoding with the real engine at K = 4 on a held-out prompt set
    (the card's code prompts and openings of held-out prose, or --prompts FILE):
-   alpha, tokens per pass, measured c (draft time per drafted token over
+   alpha (accepted over tested positions, the alpha of E(alpha, K)), the
+   acceptance rate (accepted over drafted), tokens per pass, measured c (draft time per drafted token over
    verification time per pass) and speed-up = autoregressive time / drafter
    time, from medians of repeated runs (drafters interleaved in each repeat so
    a change in machine load hits all of them alike).
@@ -49,6 +50,7 @@ from app.engine.events import EndEvent, PassEvent  # noqa: E402
 from app.engine.loading import DEMO_DIR, folder_repetition, load_models  # noqa: E402
 from app.engine.sampling import TokenSampler  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions, RepetitionSettings  # noqa: E402
+from app.engine.stats import Acceptance  # noqa: E402
 from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
@@ -127,15 +129,15 @@ def generate(decoder: SpeculativeDecoder, prompt: str, drafters: tuple[str, ...]
              repetition: RepetitionSettings | None = None) -> dict:
     settings = DecodeSettings(drafters=drafters, k=K, max_new_tokens=max_new,
                               repetition=repetition or RepetitionSettings())
-    passes, started = [], time.perf_counter()
+    passes, acceptance, started = 0, Acceptance(), time.perf_counter()
     for event in decoder.generate(prompt, settings):
         if isinstance(event, PassEvent):
-            passes.append(event)
+            passes += 1
+            acceptance.add(event.drafted)
         end = event
     seconds = time.perf_counter() - started
     assert isinstance(end, EndEvent) and end.reason != "error", end
-    return {"seconds": seconds, "tokens": list(end.token_ids), "passes": len(passes),
-            "drafted": sum(len(p.drafted) for p in passes), "accepted": sum(p.n_accepted for p in passes),
+    return {"seconds": seconds, "tokens": list(end.token_ids), "passes": passes, "acceptance": acceptance,
             "c": end.stats.c}
 
 
@@ -159,10 +161,11 @@ def speed(models, names, prompts: list[str], repeats: int, max_new: int,
         identical = all(r["tokens"] == reference[p][0]["tokens"] for p, r in zip(prompts, first, strict=True))
         assert identical, name  # greedy identity
         seconds = sum(statistics.median(r["seconds"] for r in by_prompt[p]) for p in prompts)
-        drafted = sum(r["drafted"] for r in first)
+        acceptance = sum((r["acceptance"] for r in first), Acceptance())
         cs = [r["c"] for p in prompts for r in by_prompt[p] if r["c"] is not None]
         summary[name] = {
-            "alpha": sum(r["accepted"] for r in first) / drafted if drafted else None,
+            "alpha": acceptance.alpha,
+            "acceptance_rate": acceptance.acceptance_rate,
             "tokens_per_pass": sum(len(r["tokens"]) for r in first) / sum(r["passes"] for r in first),
             "c": statistics.median(cs) if cs else None,
             "seconds": round(seconds, 3),
@@ -221,13 +224,13 @@ def render_section(report: dict) -> str:
         lines.append(f"| `{name}` | " + " | ".join(f"{100 * r:.1f} %" for r in rates) + f" | {expected:.2f} |")
     lines += ["", f"Greedy speculative decoding with the engine, K = {K}, {report['prompts']} held-out prompts x "
               f"{report['max_new_tokens']} new tokens, {repetition_text(report.get('repetition', {}))}, median of "
-              f"{report['repeats']} repeats (c = draft time per "
-              "drafted token / verification time per pass; speed-up = autoregressive wall time / drafter wall time, "
-              "same process):", "",
-              "| drafter | alpha | tokens per pass | c | speed-up |", "|---|---|---|---|---|"]
+              f"{report['repeats']} repeats (alpha = accepted / tested positions, the alpha of E(alpha, K); "
+              "acceptance rate = accepted / drafted; c = draft time per drafted token / verification time per "
+              "pass; speed-up = autoregressive wall time / drafter wall time, same process):", "",
+              "| drafter | alpha | acceptance rate | tokens per pass | c | speed-up |", "|---|---|---|---|---|---|"]
     for name, row in report["speed"].items():
-        lines.append(f"| `{name}` | {fmt(row['alpha'])} | {row['tokens_per_pass']:.2f} | {fmt(row['c'], '{:.3f}')} "
-                     f"| {row['speedup']:.2f}x |")
+        lines.append(f"| `{name}` | {fmt(row['alpha'], '{:.3f}')} | {fmt(row['acceptance_rate'], '{:.3f}')} | "
+                     f"{row['tokens_per_pass']:.2f} | {fmt(row['c'], '{:.3f}')} | {row['speedup']:.2f}x |")
     lines += ["", "Every run's output equals autoregressive greedy decoding token for token. CPU timings on a "
               "machine shared with other jobs: compare rows with each other, not across machines.", ""]
     return "\n".join(lines)

@@ -58,6 +58,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 import torch  # noqa: E402
 
 from app.engine.settings import RepetitionSettings  # noqa: E402
+from app.engine.stats import Acceptance  # noqa: E402
 from tools.demo_training.evaluation import folder_megabytes, valid_python_lines  # noqa: E402
 from tools.demo_training.model_card import upsert_section  # noqa: E402
 
@@ -109,7 +110,6 @@ def parses(prompt: str, continuation: str) -> bool:
 def decode_once(decoder, prompt: str, drafter: str | None, max_new: int, repetition=None) -> dict:
     from app.engine.events import EndEvent, PassEvent
     from app.engine.settings import DecodeSettings, RepetitionSettings
-    from app.engine.stats import Acceptance
 
     settings = DecodeSettings(drafters=(drafter,) if drafter else (), k=K, max_new_tokens=max_new,
                               repetition=repetition or RepetitionSettings())
@@ -125,7 +125,7 @@ def decode_once(decoder, prompt: str, drafter: str | None, max_new: int, repetit
     if not isinstance(end, EndEvent) or end.reason == "error":
         raise RuntimeError(f"{drafter or 'autoregressive'} failed on {prompt[:40]!r}: {end}")
     return {"seconds": seconds, "tokens": list(end.token_ids), "text": end.text, "passes": passes,
-            "drafted": acceptance.judged, "accepted": acceptance.accepted, "rejected": acceptance.rejections}
+            "acceptance": acceptance}
 
 
 def load_family(folder: Path):
@@ -136,6 +136,10 @@ def load_family(folder: Path):
     models = load_models(str(folder / "target"), str(folder / "draft"), device="cpu", dtype="float32",
                          heads=str(heads) if heads.is_dir() else None)
     return models, SpeculativeDecoder(models)
+
+
+def rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
@@ -151,11 +155,10 @@ def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
         row = {"seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
                "speedup": round(ar / seconds, 3)}
         if method != "autoregressive":
-            accepted, drafted = sum(r["accepted"] for r in first), sum(r["drafted"] for r in first)
-            tested = accepted + sum(r["rejected"] for r in first)
-            row.update({"alpha_tested": round(accepted / tested, 4) if tested else None,
-                        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
-                        "accepted": accepted, "drafted": drafted,
+            acceptance = sum((r["acceptance"] for r in first), Acceptance())
+            row.update({"alpha_tested": rounded(acceptance.alpha),
+                        "acceptance_rate": rounded(acceptance.acceptance_rate),
+                        "accepted": acceptance.accepted, "drafted": acceptance.judged,
                         "tokens_per_pass": round(tokens / max(1, sum(r["passes"] for r in first)), 3)})
         out[method] = row
     return out
