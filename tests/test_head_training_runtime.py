@@ -306,7 +306,8 @@ def test_a_head_continues_from_an_exported_head_and_records_it(tiny_llama, tmp_p
     target, _ = head_data.load_target(tiny_llama[0])
     shape = TargetShape.of(target, target.config.num_hidden_layers)
     family = "eagle"
-    fresh = dataclasses.replace(quick_run(7), schedules={f: {**s, "steps": 4} for f, s in quick_run(7).schedules.items()})
+    quick = quick_run(7)
+    fresh = dataclasses.replace(quick, schedules={f: {**s, "steps": 4} for f, s in quick.schedules.items()})
     data = synthetic_data(shape, default_config(family, shape).feature_layers)
     config, module = head_family.train_family(family, target, data, fresh, shape, "tiny", "x", tmp_path / "a", 0.0)
     head_family.export(tmp_path / "heads", family, config, module)
@@ -383,3 +384,11 @@ def test_the_drafters_table_says_how_each_heads_text_was_written_and_labelled():
     assert data_words({"generation_penalty": 1.2, "label_penalty": 1.2, "hard_label_weight": 0.5}) == \
         "; text under repetition penalty 1.2; labels under repetition penalty 1.2; 0.5 of each label on the " \
         "target's argmax"
+
+
+def test_the_drafters_table_says_which_head_a_head_continued():
+    from tools.measure_drafters import steps_words
+
+    assert steps_words({"steps": 12000}) == "12000 steps"
+    assert steps_words({"steps": 10000, "continued_steps": 12000}) == \
+        "10000 steps continuing a head trained 12000 steps"

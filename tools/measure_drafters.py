@@ -197,6 +197,12 @@ def data_words(head: dict) -> str:
     return text + labels + ("" if hard == 0.0 else f"; {hard:g} of each label on the target's argmax")
 
 
+def steps_words(head: dict) -> str:
+    """The head's training steps, and those of the head it continued from (`train_heads.py --init-from`)."""
+    earlier = head.get("continued_steps", 0)
+    return f"{head['steps']} steps" + (f" continuing a head trained {earlier} steps" if earlier else "")
+
+
 def render_section(report: dict) -> str:
     heads = report["heads"]
     lines = [SECTION, "",
@@ -209,7 +215,7 @@ def render_section(report: dict) -> str:
         if name in heads:
             h = heads[name]
             lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
-                         f"`--run {h['run']}`: {h['steps']} steps, {h['seconds'] / 60:.1f} min{data_words(h)} |")
+                         f"`--run {h['run']}`: {steps_words(h)}, {h['seconds'] / 60:.1f} min{data_words(h)} |")
     agreement_rows = report["agreement"]
     lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
               f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
@@ -251,7 +257,8 @@ def head_summary(models) -> dict:
                      "run": training.get("run", "full"),
                      "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
                      "label_penalty": training.get("label_penalty", 1.0),
-                     "hard_label_weight": training.get("hard_label_weight", 0.0)}
+                     "hard_label_weight": training.get("hard_label_weight", 0.0),
+                     "continued_steps": training.get("continues", {}).get("steps", 0)}
     return out
 
 
