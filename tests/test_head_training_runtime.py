@@ -392,3 +392,44 @@ def test_the_drafters_table_says_which_head_a_head_continued():
     assert steps_words({"steps": 12000}) == "12000 steps"
     assert steps_words({"steps": 10000, "continued_steps": 12000}) == \
         "10000 steps continuing a head trained 12000 steps"
+
+
+def test_an_averaged_head_is_the_mean_of_its_heads_weights_and_lists_them(tiny_llama, tmp_path):
+    target, _ = head_data.load_target(tiny_llama[0])
+    shape = TargetShape.of(target, target.config.num_hidden_layers)
+    family = "eagle"
+    data = synthetic_data(shape, default_config(family, shape).feature_layers)
+    folders = []
+    for seed in (7, 8):
+        quick = quick_run(seed)
+        run = dataclasses.replace(quick, schedules={f: {**s, "steps": 3} for f, s in quick.schedules.items()})
+        config, module = head_family.train_family(family, target, data, run, shape, "tiny", "x",
+                                                  tmp_path / f"cache{seed}", 0.0)
+        head_family.export(tmp_path / f"heads{seed}", family, config, module)
+        folders.append(tmp_path / f"heads{seed}" / family)
+    weights = [{k: v.float() for k, v in load_file(str(f / "model.safetensors")).items()} for f in folders]
+
+    config, module = head_family.averaged_head(folders)
+    assert all(torch.equal(v, (weights[0][k] + weights[1][k]) / 2) for k, v in module.state_dict().items())
+    assert [m["checksum"] for m in config.training["average_of"]] == [head_family.head_checksum(f) for f in folders]
+    assert [m["steps"] for m in config.training["average_of"]] == [3, 3] and "final_loss" not in config.training
+    _, same = head_family.averaged_head([folders[0], folders[0]])
+    assert all(torch.equal(v, weights[0][k]) for k, v in same.state_dict().items())
+
+    from tools.measure_drafters import steps_words
+    assert steps_words({"steps": 3, "averaged_steps": [3, 3]}) == "the average of heads trained 3 and 3 steps"
+
+    wide = default_config(family, shape, "tiny", **{**quick_run(7).arch[family], "intermediate": 96})
+    head_family.export(tmp_path / "wide", family, wide, build_module(wide))
+    with pytest.raises(head_family.HeadInitMismatch, match="intermediate"):
+        head_family.averaged_head([folders[0], tmp_path / "wide" / family])
+
+
+def test_averaging_refuses_one_head_and_an_output_among_its_inputs(tmp_path):
+    from tools.average_heads import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--family", "eagle", "--heads", str(tmp_path), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit):
+        parse_args(["--family", "eagle", "--heads", str(tmp_path), "--heads", str(tmp_path / "b"),
+                    "--out", str(tmp_path)])

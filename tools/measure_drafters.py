@@ -198,7 +198,11 @@ def data_words(head: dict) -> str:
 
 
 def steps_words(head: dict) -> str:
-    """The head's training steps, and those of the head it continued from (`train_heads.py --init-from`)."""
+    """The head's training steps, those of the head it continued from (`train_heads.py --init-from`), or those of
+    the heads it averages (`average_heads.py`)."""
+    averaged = head.get("averaged_steps", [])
+    if averaged:
+        return f"the average of heads trained {' and '.join(str(s) for s in averaged)} steps"
     earlier = head.get("continued_steps", 0)
     return f"{head['steps']} steps" + (f" continuing a head trained {earlier} steps" if earlier else "")
 
@@ -258,7 +262,8 @@ def head_summary(models) -> dict:
                      "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
                      "label_penalty": training.get("label_penalty", 1.0),
                      "hard_label_weight": training.get("hard_label_weight", 0.0),
-                     "continued_steps": training.get("continues", {}).get("steps", 0)}
+                     "continued_steps": training.get("continues", {}).get("steps", 0),
+                     "averaged_steps": [member["steps"] for member in training.get("average_of", [])]}
     return out
 
 

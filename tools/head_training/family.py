@@ -82,16 +82,52 @@ def start_from(module: torch.nn.Module, config: HeadConfig, folder: Path) -> dic
     """Load the head in `folder` into `module`; return what the exported config records of it (its checksum
     and the steps it was trained, from its own record)."""
     trained = read_config(folder)
-    ours = (config.family, config.arch, config.feature_layers, config.target)
-    if (trained.family, trained.arch, trained.feature_layers, trained.target) != ours:
-        raise HeadInitMismatch(
-            f"{folder} holds a {trained.family} head with arch {trained.arch}, feature layers "
-            f"{list(trained.feature_layers)}, for {trained.target}; this run trains a {config.family} head with "
-            f"arch {config.arch}, feature layers {list(config.feature_layers)}, for {config.target}. Continue "
-            "from a head of the same run (--run, --intermediate) and target.")
+    check_same_architecture(config, trained, folder, "Continue from a head of the same run (--run, "
+                            "--intermediate) and target.")
     load_weights(module, folder, config.family)
-    earlier = trained.training.get("continues", {}).get("steps", 0)
-    return {"checksum": head_checksum(folder), "steps": earlier + int(trained.training.get("steps", 0))}
+    return {"checksum": head_checksum(folder), "steps": total_steps(trained)}
+
+
+def check_same_architecture(config: HeadConfig, other: HeadConfig, folder: Path, advice: str) -> None:
+    """Raise HeadInitMismatch unless the head in `folder` (`other`) has `config`'s family, arch, features and
+    target."""
+    if (other.family, other.arch, other.feature_layers, other.target) != \
+            (config.family, config.arch, config.feature_layers, config.target):
+        raise HeadInitMismatch(
+            f"{folder} holds a {other.family} head with arch {other.arch}, feature layers "
+            f"{list(other.feature_layers)}, for {other.target}; expected a {config.family} head with arch "
+            f"{config.arch}, feature layers {list(config.feature_layers)}, for {config.target}. {advice}")
+
+
+def total_steps(config: HeadConfig) -> int:
+    """A head's training steps, those of the head it continued from included."""
+    return int(config.training.get("continues", {}).get("steps", 0)) + int(config.training.get("steps", 0))
+
+
+def averaged_head(folders: list[Path]) -> tuple[HeadConfig, torch.nn.Module]:
+    """The uniform average of the weights of heads of one architecture (a "model soup"), in float32.
+
+    The config is the first head's; its training record keeps the first head's description of the data and adds
+    `average_of` (each head's checksum, steps and seconds) with the seconds summed.
+    """
+    configs = [read_config(folder) for folder in folders]
+    first = configs[0]
+    for folder, config in zip(folders[1:], configs[1:], strict=True):
+        check_same_architecture(first, config, folder, "Average heads of one run's architecture and target.")
+    modules = []
+    for folder, config in zip(folders, configs, strict=True):
+        module = build_module(config).float()
+        load_weights(module, folder, config.family)
+        modules.append(module.state_dict())
+    average = build_module(first).float()
+    average.load_state_dict({name: torch.stack([m[name].float() for m in modules]).mean(0) for name in modules[0]})
+    members = [{"checksum": head_checksum(folder), "steps": total_steps(config),
+                "seconds": float(config.training.get("seconds", 0.0))} for folder, config in zip(folders, configs,
+                                                                                                strict=True)]
+    training = {**first.training, "average_of": members, "seconds": round(sum(m["seconds"] for m in members), 1)}
+    for own in ("continues", "final_loss"):  # the first head's, not the average's
+        training.pop(own, None)
+    return dataclasses.replace(first, training=training), average
 
 
 def hard_label_text(weight: float) -> str:

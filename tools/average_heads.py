@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Average the weights of learned heads of one architecture (a "model soup", Wortsman et al. 2022).
+
+    python tools/average_heads.py --family eagle --heads HEADS_A --heads HEADS_B --out DIR
+
+Each --heads is a heads folder holding <family>/ (config.json and model.safetensors, as
+tools/train_heads.py writes them). The heads must share the family, the architecture, the feature
+layers and the target. The average is taken in float32 and written as the same fp16 files, under
+DIR/<family>/, with the first head's config; its training record lists every averaged head.
+
+A head continued from another (`train_heads.py --init-from`) and the head it started from lie in
+one basin of the loss, so their average is a head of its own, often better than either: the demo
+family's EAGLE head is the average of its 12,000-step head and that head continued for 10,000
+more steps (tools/demo_training/V2_PLAN.md, "Averaged heads").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.engine.drafters.heads import FAMILIES
+from app.engine.errors import ModelLoadError
+from tools.head_training.family import HeadInitMismatch, averaged_head, export
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", choices=tuple(FAMILIES), required=True)
+    parser.add_argument("--heads", type=Path, action="append", required=True,
+                        help="a heads folder holding <family>/; give two or more")
+    parser.add_argument("--out", type=Path, required=True, help="heads folder to write <family>/ into")
+    args = parser.parse_args(argv)
+    if len(args.heads) < 2:
+        parser.error("give --heads at least twice: an average of one head is that head")
+    if any(args.out.resolve() == folder.resolve() for folder in args.heads):
+        parser.error("--out is one of the averaged folders: write the average elsewhere")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config, module = averaged_head([folder / args.family for folder in args.heads])
+    except (HeadInitMismatch, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    export(args.out, args.family, config, module)
+    print(f"{args.family}: the average of {len(args.heads)} heads -> {args.out / args.family}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
