@@ -9,9 +9,13 @@ layers and the target. The average is taken in float32 and written as the same f
 DIR/<family>/, with the first head's config; its training record lists every averaged head.
 
 A head continued from another (`train_heads.py --init-from`) and the head it started from lie in
-one basin of the loss, so their average is a head of its own, often better than either: the demo
-family's EAGLE head is the average of its 12,000-step head and that head continued for 10,000
-more steps (tools/demo_training/V2_PLAN.md, "Averaged heads").
+one basin of the loss, so their average is a working head of its own, and can draft better than
+either. The demo family's EAGLE head is made that way (tools/demo_training/V2_PLAN.md, "Longer
+training, and averaged heads"; about 2.5 hours of one CPU thread):
+
+    python tools/train_heads.py --run broad --families eagle --out H1
+    python tools/train_heads.py --run broad --families eagle --init-from H1 --steps 10000 --peak-lr 1e-3 --out H2
+    python tools/average_heads.py --family eagle --heads H1 --heads H2 --out assets/models/demo/heads
 """
 
 from __future__ import annotations

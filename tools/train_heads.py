@@ -7,8 +7,8 @@
     python tools/train_heads.py --run long --families eagle     # 3-4x the steps on twice the data, EAGLE only
     python tools/train_heads.py --run broad --families eagle    # 7x the corpus sequences, labels half on the argmax
     python tools/train_heads.py --run broad --families eagle --steps 12000 --intermediate 768   # an experiment
-    python tools/train_heads.py --run broad --families eagle --init-from assets/models/demo/heads --steps 8000 \
-        --peak-lr 1e-3 --out DIR                      # continue the shipped head for 8,000 more steps
+    python tools/train_heads.py --run broad --families eagle --init-from DIR --steps 10000 --peak-lr 1e-3 \
+        --out DIR2                                    # continue DIR's head 10,000 more steps (then average_heads.py)
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
@@ -183,11 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
     run = configured_run(args)
-    missing = [f for f in families if args.init_from is not None and not (args.init_from / f).is_dir()]
-    if missing:
-        print(f"error: --init-from {args.init_from} has no {', '.join(missing)} head folder", file=sys.stderr)
-        return 2
     if args.init_from is not None:
+        missing = [f for f in families if not (args.init_from / f).is_dir()]
+        if missing:
+            print(f"error: --init-from {args.init_from} has no {', '.join(missing)} head folder", file=sys.stderr)
+            return 2
         run = dataclasses.replace(run, head_init={f: head_checksum(args.init_from / f) for f in families})
         log(f"continuing from the heads in {args.init_from}")
     out = (args.out or DEMO_HEADS).resolve()

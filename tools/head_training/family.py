@@ -122,8 +122,8 @@ def averaged_head(folders: list[Path]) -> tuple[HeadConfig, torch.nn.Module]:
     average = build_module(first).float()
     average.load_state_dict({name: torch.stack([m[name].float() for m in modules]).mean(0) for name in modules[0]})
     members = [{"checksum": head_checksum(folder), "steps": total_steps(config),
-                "seconds": float(config.training.get("seconds", 0.0))} for folder, config in zip(folders, configs,
-                                                                                                strict=True)]
+                "seconds": float(config.training.get("seconds", 0.0))}
+               for folder, config in zip(folders, configs, strict=True)]
     training = {**first.training, "average_of": members, "seconds": round(sum(m["seconds"] for m in members), 1)}
     for own in ("continues", "final_loss"):  # the first head's, not the average's
         training.pop(own, None)
