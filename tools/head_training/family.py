@@ -81,11 +81,17 @@ def head_checksum(folder: Path) -> str:
 def start_from(module: torch.nn.Module, config: HeadConfig, folder: Path) -> dict:
     """Load the head in `folder` into `module`; return what the exported config records of it (its checksum
     and the steps it was trained, from its own record)."""
-    trained = read_config(folder)
-    check_same_architecture(config, trained, folder, "Continue from a head of the same run (--run, "
+    trained = load_matching(module, config, folder, "Continue from a head of the same run (--run, "
                             "--intermediate) and target.")
-    load_weights(module, folder, config.family)
     return {"checksum": head_checksum(folder), "steps": total_steps(trained)}
+
+
+def load_matching(module: torch.nn.Module, config: HeadConfig, folder: Path, advice: str) -> HeadConfig:
+    """Load the head in `folder` into `module` (built from `config`) once its config matches; return its config."""
+    trained = read_config(folder)
+    check_same_architecture(config, trained, folder, advice)
+    load_weights(module, folder, config.family)
+    return trained
 
 
 def check_same_architecture(config: HeadConfig, other: HeadConfig, folder: Path, advice: str) -> None:
@@ -110,14 +116,11 @@ def averaged_head(folders: list[Path]) -> tuple[HeadConfig, torch.nn.Module]:
     The config is the first head's; its training record keeps the first head's description of the data and adds
     `average_of` (each head's checksum, steps and seconds) with the seconds summed.
     """
-    configs = [read_config(folder) for folder in folders]
-    first = configs[0]
-    for folder, config in zip(folders[1:], configs[1:], strict=True):
-        check_same_architecture(first, config, folder, "Average heads of one run's architecture and target.")
-    modules = []
-    for folder, config in zip(folders, configs, strict=True):
-        module = build_module(config).float()
-        load_weights(module, folder, config.family)
+    first = read_config(folders[0])
+    modules, configs = [], []
+    for folder in folders:
+        module = build_module(first).float()
+        configs.append(load_matching(module, first, folder, "Average heads of one run's architecture and target."))
         modules.append(module.state_dict())
     average = build_module(first).float()
     average.load_state_dict({name: torch.stack([m[name].float() for m in modules]).mean(0) for name in modules[0]})
