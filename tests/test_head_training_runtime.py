@@ -294,6 +294,18 @@ def test_experiment_options_tune_the_run_and_keep_its_data():
     assert all(slower.schedules[f]["steps"] == run.schedules[f]["steps"] for f in run.schedules)
 
 
+def test_more_corpus_sequences_make_new_text_and_keep_the_training():
+    from tools.train_heads import parse_args, with_overrides, with_text_overrides
+
+    run = RUNS["broad"](1234, "docs")
+    args = parse_args(["--corpus-sequences", "28000"])
+    wider = with_overrides(with_text_overrides(run, args), args)
+    assert wider.corpus_sequences == 28000 and wider.generated_sequences == run.generated_sequences
+    assert wider.text_fingerprint() != run.text_fingerprint() and wider.data_fingerprint() != run.data_fingerprint()
+    assert wider.schedules == run.schedules and wider.arch == run.arch
+    assert with_text_overrides(run, parse_args([])) == run
+
+
 def test_a_continued_run_is_refused_an_output_folder_that_is_its_start(tmp_path):
     from tools.train_heads import parse_args
 

@@ -9,6 +9,7 @@
     python tools/train_heads.py --run broad --families eagle --steps 12000 --intermediate 768   # an experiment
     python tools/train_heads.py --run broad --families eagle --init-from DIR --steps 10000 --peak-lr 1e-3 \
         --out DIR2                                    # continue DIR's head 10,000 more steps (then average_heads.py)
+    python tools/train_heads.py --run broad --families eagle --corpus-sequences 28000 ...   # every corpus block
     python tools/train_heads.py --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
     python -m tools.train_heads ...                   # the same
 
@@ -94,6 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="repetition penalty the labels are taken under and the heads' logits scored under "
                              "(default: the continuations' penalty, the one the window decodes the family with; "
                              "1.0: the target's plain distribution)")
+    parser.add_argument("--corpus-sequences", type=int, default=None,
+                        help="corpus blocks in the training text (default: the run's); the target continues the "
+                             "openings of as many other blocks as the run asks, or of those the corpus has left. "
+                             "New text: its data is built afresh")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps of every family trained (default: the run's); runs that differ in "
                              "it alone share their data")
@@ -148,7 +153,15 @@ def configured_run(args: argparse.Namespace) -> HeadsRun:
     penalty, why = generation_penalty_of(args)
     log(f"continuations and labels under repetition penalty {penalty} ({why})")
     run = (quick_run if args.quick else RUNS[args.run])(args.seed, prose_source)
-    return with_overrides(dataclasses.replace(run, generation_penalty=penalty, label_penalty=penalty), args)
+    run = with_text_overrides(dataclasses.replace(run, generation_penalty=penalty, label_penalty=penalty), args)
+    return with_overrides(run, args)
+
+
+def with_text_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
+    """The run with the options that change its training text (and so its data's key)."""
+    if args.corpus_sequences is not None:
+        run = dataclasses.replace(run, corpus_sequences=args.corpus_sequences)
+    return run
 
 
 def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
