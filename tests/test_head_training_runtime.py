@@ -25,6 +25,7 @@ from app.engine.drafters.heads.common import TargetParts
 from tools.demo_training.runtime import CPU, Runtime
 from tools.head_training import data as head_data
 from tools.head_training import family as head_family
+from tools.head_training.lineage import lineage_steps, lineage_words
 from tools.head_training.losses import LOSSES
 from tools.head_training.run import RUNS, full_run, gpu_run, quick_run
 
@@ -333,8 +334,10 @@ def test_a_head_continues_from_an_exported_head_and_records_it(tiny_llama, tmp_p
     continued, module = head_family.train_family(family, target, data, still, shape, "tiny", "x", tmp_path / "b",
                                                  0.0, init=start)
     assert all(torch.equal(exported[k], v) for k, v in module.state_dict().items())
-    assert continued.training["continues"] == {"checksum": head_family.head_checksum(start), "steps": 4}
-    assert "continues" not in config.training
+    start_record = continued.training["continues"]
+    assert start_record["checksum"] == head_family.head_checksum(start) and start_record["steps"] == 4
+    assert start_record["seconds"] == config.training["seconds"] and "continues" not in config.training
+    assert lineage_steps(continued.training) == 4 + continued.training["steps"]
 
     wider = dataclasses.replace(still, arch={**still.arch, family: {**still.arch[family], "intermediate": 96}})
     with pytest.raises(head_family.HeadInitMismatch, match="intermediate"):
@@ -398,12 +401,22 @@ def test_the_drafters_table_says_how_each_heads_text_was_written_and_labelled():
         "target's argmax"
 
 
-def test_the_drafters_table_says_which_head_a_head_continued():
-    from tools.measure_drafters import steps_words
-
-    assert steps_words({"steps": 12000}) == "12000 steps"
-    assert steps_words({"steps": 10000, "continued_steps": 12000}) == \
-        "10000 steps continuing a head trained 12000 steps"
+def test_the_drafters_table_says_which_heads_a_head_descends_from():
+    plain = {"checksum": "a", "steps": 12000, "sequences": 18400}
+    continued = {"checksum": "b", "steps": 10000, "sequences": 18400, "continues": plain}
+    assert lineage_words(plain) == "12000 steps" and lineage_steps(plain) == 12000
+    assert lineage_words(continued) == "10000 steps continuing a head trained 12000 steps"
+    assert lineage_steps(continued) == 22000
+    soup = {"checksum": "c", "steps": 22000, "sequences": 18400, "average_of": [plain, {"checksum": "b", "steps": 22000}]}
+    assert lineage_words(soup) == "the average of heads trained 12000 and 22000 steps"
+    more = {"checksum": "d", "steps": 3000, "sequences": 30077, "continues": soup}
+    assert lineage_words(more) == "3000 steps on 30077 sequences continuing the average of heads trained 12000 " \
+                                  "and 22000 steps"
+    assert lineage_steps(more) == 25000
+    assert lineage_words({"average_of": [soup, more]}) == \
+        "the average of (1) the average of heads trained 12000 and 22000 steps and (2) (1) trained 3000 steps " \
+        "more on 30077 sequences"
+    assert lineage_steps({"average_of": [soup, more]}) == 25000
 
 
 def test_an_averaged_head_is_the_mean_of_its_heads_weights_and_lists_them(tiny_llama, tmp_path):
@@ -428,8 +441,7 @@ def test_an_averaged_head_is_the_mean_of_its_heads_weights_and_lists_them(tiny_l
     _, same = head_family.averaged_head([folders[0], folders[0]])
     assert all(torch.equal(v, weights[0][k]) for k, v in same.state_dict().items())
 
-    from tools.measure_drafters import steps_words
-    assert steps_words({"steps": 3, "averaged_steps": [3, 3]}) == "the average of heads trained 3 and 3 steps"
+    assert lineage_words(config.training) == "the average of heads trained 3 and 3 steps"
 
     wide = default_config(family, shape, "tiny", **{**quick_run(7).arch[family], "intermediate": 96})
     head_family.export(tmp_path / "wide", family, wide, build_module(wide))

@@ -56,6 +56,7 @@ from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
 from tools.demo_training.model_card import heldout_split, upsert_section  # noqa: E402
 from tools.demo_training.python_docs import PythonDocsMissing  # noqa: E402
+from tools.head_training.lineage import lineage_record, lineage_words  # noqa: E402
 
 LEARNED = ("medusa", "mtp", "eagle", "dflash")
 BASELINES = ("draft-model", "prompt-lookup", "layer-skip")
@@ -197,16 +198,6 @@ def data_words(head: dict) -> str:
     return text + labels + ("" if hard == 0.0 else f"; {hard:g} of each label on the target's argmax")
 
 
-def steps_words(head: dict) -> str:
-    """The head's training steps, those of the head it continued from (`train_heads.py --init-from`), or those of
-    the heads it averages (`average_heads.py`)."""
-    averaged = head.get("averaged_steps", [])
-    if averaged:
-        return f"the average of heads trained {' and '.join(str(s) for s in averaged)} steps"
-    earlier = head.get("continued_steps", 0)
-    return f"{head['steps']} steps" + (f" continuing a head trained {earlier} steps" if earlier else "")
-
-
 def render_section(report: dict) -> str:
     heads = report["heads"]
     lines = [SECTION, "",
@@ -219,7 +210,8 @@ def render_section(report: dict) -> str:
         if name in heads:
             h = heads[name]
             lines.append(f"| `{name}` | {h['what']} | {h['parameters'] / 1e6:.2f} M | "
-                         f"`--run {h['run']}`: {steps_words(h)}, {h['seconds'] / 60:.1f} min{data_words(h)} |")
+                         f"`--run {h['run']}`: {lineage_words(h['lineage'])}, {h['seconds'] / 60:.1f} min"
+                         f"{data_words(h)} |")
     agreement_rows = report["agreement"]
     lines += ["", f"Top-1 agreement with the target per draft position, teacher-forced on held-out text "
               f"({report['anchors']} anchors in held-out code and prose; position j counts only anchors where "
@@ -257,13 +249,12 @@ def head_summary(models) -> dict:
     for name, spec in models.extras.items():
         training = spec.config.training
         out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
-                     "steps": training.get("steps", 0), "seconds": training.get("seconds", 0.0),
+                     "seconds": training.get("seconds", 0.0),
                      "run": training.get("run", "full"),
                      "generation_penalty": training.get("generation_penalty", 1.0),  # 1.0 before it was recorded
                      "label_penalty": training.get("label_penalty", 1.0),
                      "hard_label_weight": training.get("hard_label_weight", 0.0),
-                     "continued_steps": training.get("continues", {}).get("steps", 0),
-                     "averaged_steps": [member["steps"] for member in training.get("average_of", [])]}
+                     "lineage": lineage_record(training)}
     return out
 
 

@@ -22,6 +22,7 @@ from ..demo_training.config import StageSchedule
 from ..demo_training.loop import train_stage
 from ..demo_training.runtime import CPU, Runtime
 from .data import batch_of
+from .lineage import lineage_record, lineage_steps
 from .losses import LOSSES
 from .run import HeadsRun
 
@@ -79,11 +80,11 @@ def head_checksum(folder: Path) -> str:
 
 
 def start_from(module: torch.nn.Module, config: HeadConfig, folder: Path) -> dict:
-    """Load the head in `folder` into `module`; return what the exported config records of it (its checksum
-    and the steps it was trained, from its own record)."""
+    """Load the head in `folder` into `module`; return its lineage record (`lineage.lineage_record`), which the
+    exported config keeps as `continues`."""
     trained = load_matching(module, config, folder, "Continue from a head of the same run (--run, "
                             "--intermediate) and target.")
-    return {"checksum": head_checksum(folder), "steps": total_steps(trained)}
+    return lineage_record(trained.training, head_checksum(folder))
 
 
 def load_matching(module: torch.nn.Module, config: HeadConfig, folder: Path, advice: str) -> HeadConfig:
@@ -105,16 +106,12 @@ def check_same_architecture(config: HeadConfig, other: HeadConfig, folder: Path,
             f"{config.arch}, feature layers {list(config.feature_layers)}, for {config.target}. {advice}")
 
 
-def total_steps(config: HeadConfig) -> int:
-    """A head's training steps, those of the head it continued from included."""
-    return int(config.training.get("continues", {}).get("steps", 0)) + int(config.training.get("steps", 0))
-
-
 def averaged_head(folders: list[Path]) -> tuple[HeadConfig, torch.nn.Module]:
     """The uniform average of the weights of heads of one architecture (a "model soup"), in float32.
 
     The config is the first head's; its training record keeps the first head's description of the data and adds
-    `average_of` (each head's checksum, steps and seconds) with the seconds summed.
+    `average_of` (each head's lineage record, `lineage.lineage_record`), the seconds summed and the steps of its
+    longest-trained member.
     """
     first = read_config(folders[0])
     modules, configs = [], []
@@ -124,10 +121,11 @@ def averaged_head(folders: list[Path]) -> tuple[HeadConfig, torch.nn.Module]:
         modules.append(module.state_dict())
     average = build_module(first).float()
     average.load_state_dict({name: torch.stack([m[name].float() for m in modules]).mean(0) for name in modules[0]})
-    members = [{"checksum": head_checksum(folder), "steps": total_steps(config),
-                "seconds": float(config.training.get("seconds", 0.0))}
+    members = [lineage_record(config.training, head_checksum(folder))
                for folder, config in zip(folders, configs, strict=True)]
-    training = {**first.training, "average_of": members, "seconds": round(sum(m["seconds"] for m in members), 1)}
+    training = {**first.training, "average_of": members,
+                "seconds": round(sum(float(m.get("seconds", 0.0)) for m in members), 1)}
+    training["steps"] = lineage_steps(training)
     for own in ("continues", "final_loss"):  # the first head's, not the average's
         training.pop(own, None)
     return dataclasses.replace(first, training=training), average
