@@ -407,7 +407,8 @@ def test_the_drafters_table_says_which_heads_a_head_descends_from():
     assert lineage_words(plain) == "12000 steps" and lineage_steps(plain) == 12000
     assert lineage_words(continued) == "10000 steps continuing a head trained 12000 steps"
     assert lineage_steps(continued) == 22000
-    soup = {"checksum": "c", "steps": 22000, "sequences": 18400, "average_of": [plain, {"checksum": "b", "steps": 22000}]}
+    soup = {"checksum": "c", "steps": 22000, "sequences": 18400,
+            "average_of": [plain, {"checksum": "b", "steps": 22000}]}
     assert lineage_words(soup) == "the average of heads trained 12000 and 22000 steps"
     more = {"checksum": "d", "steps": 3000, "sequences": 30077, "continues": soup}
     assert lineage_words(more) == "3000 steps on 30077 sequences continuing the average of heads trained 12000 " \

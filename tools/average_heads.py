@@ -11,11 +11,15 @@ DIR/<family>/, with the first head's config; its training record lists every ave
 A head continued from another (`train_heads.py --init-from`) and the head it started from lie in
 one basin of the loss, so their average is a working head of its own, and can draft better than
 either. The demo family's EAGLE head is made that way (tools/demo_training/V2_PLAN.md, "Longer
-training, and averaged heads"; about 2.5 hours of one CPU thread):
+training, and averaged heads" and "Every corpus block"; about 2.5 hours of one CPU thread and 40 minutes
+of two):
 
     python tools/train_heads.py --run broad --families eagle --out H1
     python tools/train_heads.py --run broad --families eagle --init-from H1 --steps 10000 --peak-lr 1e-3 --out H2
-    python tools/average_heads.py --family eagle --heads H1 --heads H2 --out assets/models/demo/heads
+    python tools/average_heads.py --family eagle --heads H1 --heads H2 --out H3
+    python tools/train_heads.py --run broad --families eagle --init-from H3 --corpus-sequences 28000 \
+        --steps 3000 --peak-lr 1e-3 --out H4
+    python tools/average_heads.py --family eagle --heads H3 --heads H4 --out assets/models/demo/heads
 """
 
 from __future__ import annotations
