@@ -415,7 +415,7 @@ def test_the_drafters_table_says_which_heads_a_head_descends_from():
                                   "and 22000 steps"
     assert lineage_steps(more) == 25000
     assert lineage_words({"average_of": [soup, more]}) == \
-        "the average of (1) the average of heads trained 12000 and 22000 steps and (2) (1) trained 3000 steps " \
+        "the average of (1) the average of heads trained 12000 and 22000 steps and (2) head (1) trained 3000 steps " \
         "more on 30077 sequences"
     assert lineage_steps({"average_of": [soup, more]}) == 25000
 

@@ -43,7 +43,7 @@ def lineage_words(record: dict, earlier: tuple[dict, ...] = ()) -> str:
     more = _more_data_words(record, start)
     for number, member in enumerate(earlier, start=1):
         if member["checksum"] == start["checksum"]:
-            return f"({number}) trained {record['steps']} steps more{more}"
+            return f"head ({number}) trained {record['steps']} steps more{more}"
     start_words = lineage_words(start) if _descends(start) else f"a head trained {start['steps']} steps"
     return f"{record['steps']} steps{more} continuing {start_words}"
 
