@@ -1,8 +1,9 @@
 """A head's lineage: the heads it continued from (`train_heads.py --init-from`) or averages (`average_heads.py`).
 
 A record is a head's training record, or the part of it that a head made from it keeps:
-`steps` and `seconds` (its own training, not its start's), `sequences`, and at most one of `continues`
-(the record of the head it started from) and `average_of` (the records of the heads it averages).
+`steps` and `seconds` (its own training, not its start's; an average's seconds are its members' summed and
+its steps its longest-trained member's), `sequences`, and at most one of `continues` (the record of the head it
+started from) and `average_of` (the records of the heads it averages).
 """
 
 from __future__ import annotations
