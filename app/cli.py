@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from app import __version__
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
-from app.engine.execution import CACHE_MODES, check_execution, default_words
+from app.engine.runtime.execution import CACHE_MODES, check_execution, default_words
 from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
@@ -94,8 +94,8 @@ def execution_request(args) -> dict:
 def load_steps(args) -> LoadSteps | None:
     """The loader's progress on stderr when the models will be compiled: the compiles take minutes, and each
     step says what is being compiled. Other loads take seconds and say nothing."""
-    from app.engine.execution import resolve_execution
-    from app.engine.loading import resolve_device
+    from app.engine.runtime.devices import resolve_device
+    from app.engine.runtime.execution import resolve_execution
 
     compiles = resolve_execution(args.cache, args.compile, resolve_device(args.device)).compiles
     return LoadSteps() if compiles else None
@@ -319,7 +319,7 @@ def check_model_paths(args) -> None:
 def check_device(args) -> None:
     """The device exists here and the dtype is known (imports torch, loads nothing)."""
     from app.engine.errors import ModelLoadError
-    from app.engine.loading import resolve_device, resolve_dtype
+    from app.engine.runtime.devices import resolve_device, resolve_dtype
 
     try:
         resolve_dtype(args.dtype, resolve_device(args.device))
@@ -403,7 +403,7 @@ def run_bench(args, fail=None) -> int:
 
     import torch
 
-    from app.engine import bench
+    from app.bench import methods as bench
 
     try:
         prompts = bench.load_prompts(Path(args.prompts).expanduser()) if args.prompts else bench.load_prompts()
@@ -457,11 +457,11 @@ def load_bench_models(args):
 
 
 def run_tree_comparison(args, prompts, repeats: int) -> int:
-    """`bench --trees`: each drafter's chain against its trees (app/engine/tree_bench.py)."""
+    """`bench --trees`: each drafter's chain against its trees (app/bench/trees.py)."""
     import json
     from dataclasses import asdict
 
-    from app.engine import tree_bench
+    from app.bench import trees as tree_bench
 
     models = load_bench_models(args)
     with ProgressBar(args.progress) as (progress, step):
@@ -477,13 +477,14 @@ def run_tree_comparison(args, prompts, repeats: int) -> int:
 
 
 def run_asd_sweep(args, prompts, fail) -> int:
-    """`bench --asd`: the sweep of app/engine/asd_sweep.py, its table, JSON and frontier picture."""
+    """`bench --asd`: the sweep of app/bench/asd.py, its table, JSON and frontier picture."""
     import platform
     import time
 
     import torch
 
-    from app.engine import asd_sweep, bench
+    from app.bench import asd as asd_sweep
+    from app.bench import methods as bench
     from app.engine.settings import AsdSettings
 
     quick = args.quick

@@ -48,7 +48,7 @@ GOAL = 0.05
 def step_timers():
     """Wrap the decoder's per-pass steps; yields a dict step -> ms, summed until reset."""
     from app.engine import decoder as dec
-    from app.engine.sampling import TokenSampler
+    from app.engine.core.sampling import TokenSampler
 
     spent: dict[str, float] = defaultdict(float)
 
@@ -102,7 +102,7 @@ def event_memory(decoder, prompt: str, drafters: tuple[str, ...], k: int, tokens
 
 
 def measure_shape(key: str, prompts: list[str], tokens: int, k: int, tiny: bool, profile: bool) -> dict:
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from tests.fixtures.real_shapes import SHAPES, stand_in, weight_bytes
 
     started = time.perf_counter()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import bench
-from app.engine.decoder import SpeculativeDecoder
+from app.bench import methods as bench
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 
 
@@ -105,7 +105,7 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
     from dataclasses import fields
 
     from app import cli
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     out, png = tmp_path / "asd.json", tmp_path / "asd.png"
     target, draft = map(str, tiny_llama)
@@ -133,7 +133,7 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
 
 
 def test_frontier_keeps_the_points_no_other_beats_on_both_axes():
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     def point(speed, delta):
         return asd_sweep.PointResult("d", 1.0, "1", 0.25, 2, False, speed, [speed], 1.0, 1.0, 1, 0.0, 0.0, 0.0, 0.0,

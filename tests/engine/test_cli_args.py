@@ -267,8 +267,8 @@ def test_a_familys_playground_json_suggests_its_repetition_controls(tmp_path, mo
     """The bundled family's manifest reaches the loaded models and their summary; other models suggest none."""
     import json
 
-    from app.engine import loading
     from app.engine.engine import ModelsSummary
+    from app.engine.loading import load as loading
     from app.engine.settings import RepetitionSettings
 
     (tmp_path / "playground.json").write_text(json.dumps(

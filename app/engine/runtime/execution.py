@@ -129,7 +129,7 @@ def settle_execution(execution: Execution, target) -> None:
     one (its drafters are checked by their own caches when built)."""
     if execution.cache != "static":
         return
-    from app.engine.static_cache import static_problem
+    from app.engine.runtime.static_cache import static_problem
 
     spread = len(set(getattr(target, "hf_device_map", {}).values())) > 1
     problem = "the static cache keeps a model on one device, and this one is spread over several" if spread \
