@@ -1,4 +1,4 @@
-"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench --asd --plot`.
+"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench asd --plot`.
 
 Reads the JSON of `app/bench/asd.py` (a dict), so a committed sweep can be redrawn without rerunning it:
 

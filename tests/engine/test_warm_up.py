@@ -1,4 +1,4 @@
-"""The compiled path's warm-up at load (app/engine/loading.py `warm_up`, `CachedModel.warm_up`).
+"""The compiled path's warm-up at load (app/engine/loading/warm_up.py `warm_up`, `CachedModel.warm_up`).
 
 Loading with compile on compiles every shape a generation meets, step by step with progress, through the step
 the decoder runs; later generations compile nothing more and give the eager ids. A compile that fails falls
