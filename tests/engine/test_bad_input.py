@@ -135,6 +135,7 @@ def test_cli_bad_input_prints_one_line_and_fails(tiny_llama, tmp_path):
         assert lines[0].endswith("(see --help)") and result.returncode == 2, lines
 
 
+@pytest.mark.slow
 def test_cli_jsonl_schema(tiny_llama):
     import json
 
@@ -246,6 +247,7 @@ def test_prompt_with_invalid_unicode_is_a_settings_error(tiny_llama):
         decoder.generate("bytes \udcff from a latin-1 file", DecodeSettings(drafters=()))
 
 
+@pytest.mark.slow
 def test_cli_unusual_prompt_on_an_ascii_console(tiny_llama):
     import json
     import os

@@ -36,6 +36,7 @@ def test_benchmark_reports_every_method_and_identity(tiny_llama, tmp_path):
     assert json.loads(bench.to_json(results, {"k": 3}))["results"][0]["method"] == "ours:autoregressive"
 
 
+@pytest.mark.slow
 def test_benchmark_with_repetition_controls_runs_every_method_with_them(tiny_llama):
     """Ours and Hugging Face's methods alike: every one still matches our autoregressive run, which the controls
     changed."""
@@ -73,6 +74,7 @@ def test_quick_prompts_take_one_of_each_kind_and_fewer_tokens():
     assert all(p.max_new_tokens <= bench.QUICK_MAX_NEW_TOKENS for p in prompts)
 
 
+@pytest.mark.slow
 def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
     from dataclasses import fields
 
@@ -100,6 +102,7 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
                 assert result[figure] is not None, (name, figure)
 
 
+@pytest.mark.slow
 def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_path, capsys):
     import math
     from dataclasses import fields

@@ -35,7 +35,10 @@ def test_plain_decoding_equals_hf_greedy(decoder):
         assert all(p.appended.kind == TARGET and not p.drafted for p in passes)
 
 
-IDENTITY_CASES = [("tiny_llama", 1), ("tiny_llama", 3), ("tiny_llama", 5), ("tiny_qwen2", 3), ("tiny_gpt2", 4)]
+SLOW = pytest.mark.slow
+IDENTITY_CASES = [pytest.param("tiny_llama", 1, marks=SLOW), ("tiny_llama", 3),
+                  pytest.param("tiny_llama", 5, marks=SLOW), pytest.param("tiny_qwen2", 3, marks=SLOW),
+                  ("tiny_gpt2", 4)]
 
 
 @pytest.mark.parametrize("arch,k", IDENTITY_CASES)

@@ -70,6 +70,7 @@ def decoder(models):
 # ---- training and loading -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quick_training_writes_documented_heads_that_load(quick_heads, models):
     folder, process = quick_heads
     assert process.returncode == 0, process.stderr[-3000:]
@@ -154,6 +155,7 @@ def test_switching_learned_drafters_mid_generation_keeps_the_output(decoder):
         assert set(LEARNED) <= set(used)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", LEARNED)
 def test_sampled_first_two_tokens_follow_the_target(models, decoder, family):
     prompt, n = "the the the the", 400

@@ -170,6 +170,7 @@ def test_the_local_engine_keeps_the_same_contract(engine, local):
         here.generate("   ", DecodeSettings())
 
 
+@pytest.mark.slow
 def test_load_failure_is_the_loaders_typed_error_and_leaves_no_process(tmp_path):
     with pytest.raises(ModelLoadError, match="not a loadable model folder|does not exist|not found"):
         EngineProcess(dict(target=str(tmp_path / "missing"), draft=None, device="cpu", dtype="float32"), threads=1)
@@ -182,6 +183,7 @@ def test_cancelled_load_ends_the_child_at_once(tiny_llama):
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_a_process_started_ahead_loads_what_it_is_asked_later(tiny_llama):
     before = set(multiprocessing.active_children())
     engines = EngineProcessStarter(threads=1, ahead=True)  # what the app does first, before Qt and the window
@@ -222,6 +224,7 @@ def test_a_process_starts_ahead_only_with_a_core_of_its_own(monkeypatch, cores, 
         engines.close()
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_mid_run_is_a_typed_error(tiny_llama):
     engine = EngineProcess(request_for(tiny_llama), threads=1)
     try:

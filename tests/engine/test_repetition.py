@@ -161,6 +161,7 @@ def hf_generate(models, prompt: str, n: int, **processors) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafters", [(), ("draft-model",), ("prompt-lookup",)])
 def test_greedy_with_repetition_controls_equals_hf_generate(decoder, drafters):
     repetition = RepetitionSettings(1.3, 3)
@@ -223,6 +224,7 @@ def looping_prompt(decoder) -> str:
     return "the the the the" + end.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafters", [("draft-model",), ("prompt-lookup",), ("medusa",)])
 def test_sampled_first_two_tokens_follow_the_processed_target(decoder, drafters):
     """Lossless with respect to the processed distribution, and the test can tell it from the others."""

@@ -70,6 +70,7 @@ def generation(decoder, prompt: str, settings: DecodeSettings) -> list:
 # ---- the same ids ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("drafter", DRAFTERS)
 def test_static_gives_the_dynamic_ids_for_every_drafter_and_k(dynamic, static, drafter, k):
@@ -181,6 +182,7 @@ def test_a_layer_subset_rolls_back_on_its_own_static_cache():
 # ---- token trees ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", TREE_DRAFTERS)
 def test_token_trees_on_the_static_path_keep_the_chain_ids(dynamic, static, drafter):
     assert static.target.tree_problem() is None  # the static path takes tree masks: no chain fallback
@@ -264,6 +266,7 @@ def test_a_failed_compile_falls_back_to_eager_forwards_with_a_notice(demo, dynam
     assert not any(isinstance(e, NoticeEvent) for e in again) and again[-1].token_ids == events[-1].token_ids
 
 
+@pytest.mark.slow
 def test_compiled_steps_compile_once_per_shape_for_the_target_and_the_drafters(demo, dynamic, monkeypatch):
     """Traced by dynamo with a backend that runs the graphs eagerly (quick, no C++ compiler): the same ids, and a
     second round of the same generations compiles nothing more (the caches, masks and padded rows keep their
@@ -304,6 +307,7 @@ def compiler():
         yield
 
 
+@pytest.mark.slow
 def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama, monkeypatch):
     """Prompt lookup at K = 2: one-token steps and verification blocks of 2 and 3 rows (3 padded to 4), compiled
     for real while the models load (the warm-up cut to those shapes: each takes tens of seconds here), and

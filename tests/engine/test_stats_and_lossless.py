@@ -41,6 +41,7 @@ def test_running_stats_match_the_pass_events(tiny_llama):
     assert passes[-1].stats == end.stats
 
 
+@pytest.mark.slow
 def test_asd_with_zero_budget_is_strict_greedy_and_ledger_stays_within_budget(tiny_llama):
     decoder = SpeculativeDecoder(load_models(*map(str, tiny_llama)))
     for prompt in PROMPTS:
@@ -59,6 +60,7 @@ def test_asd_with_zero_budget_is_strict_greedy_and_ledger_stays_within_budget(ti
                     assert t.regret / (len(p.drafted) - i) <= 1.0 + 1e-9 and t.id != t.target_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafters,tree", [(("draft-model",), None), (("prompt-lookup",), None),
                                           (("draft-model",), 6)], ids=["draft-model", "prompt-lookup", "tree"])
 def test_sampled_first_two_tokens_follow_the_target(tiny_llama, drafters, tree):

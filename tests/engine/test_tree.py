@@ -195,12 +195,14 @@ def first_two(make_tree, n: int) -> Counter:
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_tree", [deterministic_tree, iid_tree], ids=["deterministic", "iid"])
 def test_both_sampling_rules_keep_the_target_distribution(make_tree):
     n = 12000
     assert chi_square_pvalue(first_two(make_tree, n), EXACT, n) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_tree", [deterministic_tree, iid_tree], ids=["deterministic", "iid"])
 def test_a_rule_that_forgets_the_rejected_siblings_fails_the_same_test(make_tree, monkeypatch):
     monkeypatch.setattr(tree_module, "_residual", lambda p_prime, q_row, x: p_prime)  # siblings see the old p'
@@ -229,6 +231,7 @@ def test_greedy_tree_runs_equal_autoregressive_decoding(llama_decoder, drafters,
                 assert len(event.committed_ids) == len(event.path) + (event.appended is not None)
 
 
+@pytest.mark.slow
 def test_greedy_identity_holds_on_mistral(tmp_path):
     from tests.tiny_models import tiny_pair
 

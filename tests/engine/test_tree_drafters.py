@@ -235,6 +235,7 @@ def test_greedy_tree_decoding_equals_autoregressive(request, arch):
     assert_tree_identity(SpeculativeDecoder(load_models(str(target), str(draft))), prompts)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (DEMO / "target" / "model.safetensors").exists(), reason="demo models not built")
 def test_greedy_tree_decoding_equals_autoregressive_on_the_demo_family():
     decoder = SpeculativeDecoder(load_models(str(DEMO / "target"), str(DEMO / "draft"), device="cpu"))

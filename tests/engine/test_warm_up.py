@@ -80,6 +80,7 @@ def stub_compiler(monkeypatch, step_for=None) -> list[tuple[int, ...]]:
     return fed
 
 
+@pytest.mark.slow
 def test_the_load_compiles_every_shape_with_progress_and_generations_compile_nothing_more(
         tiny_llama, eager, counted_compiles):
     target, draft = tiny_llama

@@ -38,6 +38,7 @@ def load(qtbot, window, request: dict) -> None:
     qtbot.waitUntil(lambda: not window.is_loading, timeout=RUN_MS)
 
 
+@pytest.mark.slow
 def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_llama, tmp_path):
     window = process_window
     target, draft = tiny_llama

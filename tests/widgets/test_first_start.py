@@ -137,6 +137,7 @@ def test_the_drafter_list_shows_every_row_whole(make_window):
     assert chain.verticalScrollBar().maximum() == 0
 
 
+@pytest.mark.slow
 def test_closing_the_window_ends_the_engine_process_quickly(qtbot, store, tiny_llama):
     from app.launch import HistoryOutOfCollector
     from app.main_window import MainWindow

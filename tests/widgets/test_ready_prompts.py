@@ -60,6 +60,7 @@ def test_repetitive_code_lookup_commits_several_tokens_a_pass(decoder):
     assert sum(bool(e.drafted) for e in passes) >= 0.7 * len(passes)  # lookup finds a copy in most passes
 
 
+@pytest.mark.slow
 def test_free_prose_lookup_has_little_to_copy_unless_the_text_loops(decoder):
     prompt = ready("Free prose: prompt lookup")
     passes, end = run(decoder, prompt)
@@ -93,6 +94,7 @@ def test_sampling_rejections_resample_from_the_residual(decoder):
     assert all(any(t.u is not None and t.u > t.accept_prob for t in e.drafted) for e in resampled)
 
 
+@pytest.mark.slow
 def test_asd_spends_regret_for_longer_blocks_and_changes_the_text(decoder):
     prompt = ready("ASD")
     passes, end = run(decoder, prompt)
