@@ -228,7 +228,7 @@ def assert_tree_identity(decoder: SpeculativeDecoder, prompts, k: int = 6, max_n
                 assert all(len(p.committed_ids) <= k + 1 for p in passes)
 
 
-@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen2"])
+@pytest.mark.parametrize("arch", ["tiny_llama", pytest.param("tiny_qwen2", marks=pytest.mark.slow)])
 def test_greedy_tree_decoding_equals_autoregressive(request, arch):
     target, draft = request.getfixturevalue(arch)
     prompts = PROMPTS if arch == "tiny_llama" else PROMPTS[:2]
