@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from app.engine.cached_model import CachedModel, find_layer_list
+from app.engine.cached_model import CachedModel, find_layer_list, forward_plan
 from app.engine.drafters.registry import available_drafters
 from app.engine.errors import (
     IncompatibleTokenizerError,
@@ -35,8 +35,7 @@ from app.engine.settings import RepetitionSettings
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    # What AutoModelForCausalLM.from_pretrained is declared to return: a PreTrainedModel that can also `generate`.
-    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
+    from app.engine.hf_compat import CausalLM
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -439,6 +438,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     report(0.55, f"loading {target}")
     target_model = load_causal_lm(target_files, torch_device, torch_dtype, device_map)
     settle_execution(execution, target_model)
+    forward_plan(target_model, execution, "target")  # probes this transformers' forwards (hf_compat.py)
     models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype, execution=execution)
     models.default_exit_layer = exit_layer or max(1, models.num_layers // 2)
     models.suggested_repetition = suggested
@@ -448,6 +448,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
         if not same_tokenizer_files(target_files, draft_files):  # a family's shared tokenizer is read once
             check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
         models.draft = load_causal_lm(draft_files, torch_device, torch_dtype)
+        forward_plan(models.draft, execution, "draft model")
         models.draft_name = draft
     if heads:
         from app.engine.drafters.heads import load_heads  # only when heads are asked for

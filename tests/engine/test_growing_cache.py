@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen2C
 from app.engine.cached_model import CachedModel
 from app.engine.execution import Execution
 from app.engine.growing_cache import MIN_CAPACITY, GrowingLayer, growing_cache
+from app.engine.hf_compat import cache_arguments
 
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config}
 
@@ -28,8 +29,8 @@ def tokens(n: int, seed: int) -> torch.Tensor:
 def forward(model, cache, fed: torch.Tensor) -> torch.Tensor:
     start = cache.get_seq_length()
     with torch.inference_mode():
-        return model(input_ids=fed, position_ids=torch.arange(start, start + fed.shape[1])[None], cache=cache,
-                     use_cache=True).logits
+        return model(input_ids=fed, position_ids=torch.arange(start, start + fed.shape[1])[None], use_cache=True,
+                     **cache_arguments(model, cache)).logits
 
 
 @pytest.mark.parametrize(("arch", "attention"), [("llama", "sdpa"), ("qwen2", "eager")])
