@@ -37,6 +37,7 @@ import torch
 
 from app.engine.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event, PassEvent
+from app.engine.hf_compat import versions
 from app.engine.loading import LoadedModels, synchronize
 from app.engine.settings import DecodeSettings, RepetitionSettings
 from app.engine.stats import GenerationStats, predicted_speedup_of_passes
@@ -362,4 +363,5 @@ def plain_table(results: list[MethodResult]) -> str:
 
 
 def to_json(results: list[MethodResult], meta: dict) -> str:
-    return json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2)
+    """The results and `meta`, with the versions of torch and transformers that produced them."""
+    return json.dumps({"meta": {**meta, **versions()}, "results": [asdict(r) for r in results]}, indent=2)
