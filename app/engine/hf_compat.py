@@ -5,23 +5,23 @@ cache classes do not offer. Those places change between releases, so they all li
 
 - the keyword a forward takes its KV cache by: `cache` from 5.24 on, `past_key_values` before (deprecated
   since, for removal in 5.40), and the output's field of the same name;
-- what the lean forward (lean_forward.py) replays of a model's `forward`: `create_causal_mask` (whose keywords
-  changed in 5.x) and the decoder-layer call;
+- what the lean forward (runtime/lean_forward.py) replays of a model's `forward`: `create_causal_mask` (whose
+  keywords changed in 5.x) and the decoder-layer call;
 - the cache-layer hooks: `lazy_initialization` (a layer allocates its buffers), `cumulative_length` (a static
   layer's write position), `layer_class_to_replicate` (the class a dynamic cache makes its layers of), and
   whether a cache may be cropped;
-- `config._attn_implementation`, the tokenizer backend's `_decode` (detok.py's shortcut), the modules a
+- `config._attn_implementation`, the tokenizer backend's `_decode` (core/detok.py's shortcut), the modules a
   started engine process imports ahead, and the private type `_BaseModelWithGenerate` (type checks only).
 
 A ruff rule (banned-api, pyproject.toml) and tests/engine/test_hf_compat.py keep these names out of every other
 module.
 
-`probe(model, ...)` runs once per model, when it loads (`CachedModel.forward_plan`): a short prompt fed through
-the public forward with and without a KV cache says which keyword the cache goes by and that the forward really
-uses it; the same through the growing cache (growing_cache.py) and the lean forward says whether they give the
-public forward's logits. Whatever fails is not used: a transformers release this engine was not tested with may
-run slower, never wrong. The outcome, a `ForwardPlan`, is what every cache of that model reads, and its `notes`
-reach the next generation as notices.
+`probe(model, ...)` runs once per model, when it loads (`forward_plan` in runtime/cached_model.py): a short
+prompt fed through the public forward with and without a KV cache says which keyword the cache goes by and that
+the forward really uses it; the same through the growing cache (runtime/growing_cache.py) and the lean forward
+says whether they give the public forward's logits. Whatever fails is not used: a transformers release this
+engine was not tested with may run slower, never wrong. The outcome, a `ForwardPlan`, is what every cache of that
+model reads, and its `notes` reach the next generation as notices.
 
 Notation: T probe tokens, V vocabulary.
 """

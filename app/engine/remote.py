@@ -340,7 +340,7 @@ def serve(conn, threads: int | None) -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.hf_compat import import_ahead
     from app.engine.loading import load_models
 

@@ -14,11 +14,11 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from app.engine import hf_compat
-from app.engine.cached_model import CachedModel, forward_plan
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.errors import ModelLoadError
-from app.engine.execution import Execution
 from app.engine.loading import load_models
+from app.engine.runtime.cached_model import CachedModel, forward_plan
+from app.engine.runtime.execution import Execution
 from tests.engine.helpers import PROMPTS, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_a_mask_of_another_release_falls_back_to_the_public_forward_with_a_notic
 
 
 def test_a_lean_forward_that_computes_other_logits_is_not_used(monkeypatch):
-    monkeypatch.setattr("app.engine.lean_forward.causal_mask", visible_everywhere)
+    monkeypatch.setattr("app.engine.runtime.lean_forward.causal_mask", visible_everywhere)
     plan = forward_plan(tiny_llama_model(), Execution(), "target")
     assert not plan.lean
     assert any("other logits" in note for note in plan.notes)
@@ -92,7 +92,7 @@ def test_a_cache_keyword_the_forward_ignores_is_skipped_and_none_that_works_is_r
 def test_greedy_identity_holds_on_the_fallback_path(tiny_llama, monkeypatch):
     """Lean forward and growing cache both refused by the probe: every drafter still equals plain decoding."""
     monkeypatch.setattr(hf_compat, "create_causal_mask", old_mask)
-    monkeypatch.setattr("app.engine.growing_cache.replicating_cache", no_layer_class)
+    monkeypatch.setattr("app.engine.runtime.growing_cache.replicating_cache", no_layer_class)
     target, draft = tiny_llama
     models = load_models(str(target), str(draft))
     plans = [forward_plan(model, models.execution, who) for model, who in ((models.target, "target"),
