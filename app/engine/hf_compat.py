@@ -52,18 +52,11 @@ PROBE_IDS = (1, 2, 3, 4)  # the probe's prompt: the first T - 1 tokens fill the 
 # largest logit: rounding only (the cache holds the same keys and values, summed in another order).
 CACHED_TOLERANCE = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 6e-2}
 TESTED_TRANSFORMERS = ">=5.24,<5.26"  # the releases the suite has passed against (README, "Install")
-LEAN_SINCE = (5, 24)  # the first release whose lean forward the suite found exact (the probe checks any other)
 
 
 def versions() -> dict[str, str]:
     """The versions of the libraries a measurement depends on, for the records that bench and device check write."""
     return {"transformers": transformers.__version__, "torch": torch.__version__}
-
-
-def lean_tested() -> bool:
-    """This transformers is one on which the lean forward was found exact (tests expect the probe to keep it)."""
-    release = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
-    return release >= LEAN_SINCE
 
 
 # ---- what the public API leaves out ----------------------------------------------------------------------------

@@ -51,7 +51,6 @@ def visible_everywhere(config, embeds, cache, positions):
     return torch.zeros(1, 1, embeds.shape[1], seen, dtype=embeds.dtype)
 
 
-@pytest.mark.skipif(not hf_compat.lean_tested(), reason="the lean forward is exact only on the releases tested")
 def test_the_probe_chooses_the_lean_forward_and_the_growing_cache_on_this_transformers():
     execution = Execution()
     plan = forward_plan(tiny_llama_model(), execution, "target")
