@@ -158,3 +158,8 @@ def test_ruff_refuses_transformers_private_modules_outside_hf_compat():
     refused = lint("app/engine/lean_forward.py")
     assert refused.returncode == 1 and "TID251" in refused.stdout
     assert lint("app/engine/hf_compat.py").returncode == 0
+
+
+def test_the_range_a_refusal_names_is_pyprojects():
+    dependencies = (ROOT / "pyproject.toml").read_text()
+    assert f'"transformers{hf_compat.TESTED_TRANSFORMERS}"' in dependencies
