@@ -114,19 +114,26 @@ class AsdBlockStart:
 
 
 def block_reads(x: Tensor, p: Tensor, q: Tensor | None, candidates: Tensor,
-                rejection: Rejection | None, p_top_ids: Tensor | None = None) -> dict[str, Tensor]:
+                rejection: Rejection | None, p_top_ids: Tensor | None = None,
+                inspect: bool = True) -> dict[str, Tensor]:
     """What the event shows of a block, gathered where p lives; nothing is read back here.
 
     x (K',) long, p (K'+1, V), candidates (K'+1,) long on p's device; q (K', V) or None. `p_top_ids`
     (K'+1, INSPECT_TOP), when the rule found them already, are the ids of p's largest entries, largest first.
+    The inspector's detail (the top of p and q for every row, the residual's entries) is gathered only when
+    `inspect`: a run nobody inspects does not pay for its searches of the vocabulary.
     """
-    p_top = _top_reads("p_top", p) if p_top_ids is None else {"p_top_values": p.gather(1, p_top_ids),
-                                                               "p_top_ids": p_top_ids}
-    reads = {"p_appended": _at(p, candidates)} | p_top
+    reads = {"p_appended": _at(p, candidates)}
     if x.numel():  # a plain step (K' = 0) has no drafts to gather
         reads["p_x"] = _at(p[: x.numel()], x)
     if q is not None:
-        reads |= {"q_x": _at(q, x.to(q.device))} | _top_reads("q_top", q)
+        reads["q_x"] = _at(q, x.to(q.device))
+    if not inspect:
+        return reads
+    reads |= _top_reads("p_top", p) if p_top_ids is None else {"p_top_values": p.gather(1, p_top_ids),
+                                                                "p_top_ids": p_top_ids}
+    if q is not None:
+        reads |= _top_reads("q_top", q)
     if rejection is not None:
         q_row = None if q is None else q.index_select(0, rejection.row.to(q.device))[0]
         reads |= residual_reads(p.index_select(0, rejection.row)[0], q_row, x.index_select(0, rejection.row),
@@ -139,8 +146,9 @@ def inspection(host: Mapping[str, Tensor], rejected: bool) -> Inspection:
     has_q = "q_x" in host
     return Inspection(p_x=host["p_x"].tolist() if "p_x" in host else [],
                       q_x=host["q_x"].tolist() if has_q else None,
-                      p_appended=host["p_appended"].tolist(), p_top=_top_rows(host, "p_top"),
-                      q_top=_top_rows(host, "q_top") if has_q else (),
+                      p_appended=host["p_appended"].tolist(),
+                      p_top=_top_rows(host, "p_top") if "p_top_ids" in host else (),
+                      q_top=_top_rows(host, "q_top") if "q_top_ids" in host else (),
                       residual=residual_view(host) if rejected and "residual_ids" in host else None)
 
 
@@ -277,7 +285,8 @@ def main_line(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
     return list(verdict.path) + ([rejected] if rejected is not None else [])
 
 
-def tree_reads(tree: TreeDraft, verdict: TreeVerdict, p: Tensor, line: list[int]) -> dict[str, Tensor]:
+def tree_reads(tree: TreeDraft, verdict: TreeVerdict, p: Tensor, line: list[int],
+               inspect: bool = True) -> dict[str, Tensor]:
     """What a tree pass's event shows, gathered where p lives: the main line as a chain block (`block_reads`,
     with the target's argmax of its rows) and p, q and the target's argmax at the parent of every node.
 
@@ -294,7 +303,8 @@ def tree_reads(tree: TreeDraft, verdict: TreeVerdict, p: Tensor, line: list[int]
         at = torch.tensor([a], device=device)
         rejection = Rejection(at, torch.tensor([verdict.next_token], device=device), verdict.residual)
     candidates = torch.full((k + 1,), verdict.next_token, device=device)  # (K'+1,) the appended token at any row
-    reads = block_reads(tree.tokens[line_t].to(device), p.index_select(0, rows), q, candidates, rejection)
+    reads = block_reads(tree.tokens[line_t].to(device), p.index_select(0, rows), q, candidates, rejection,
+                        inspect=inspect)
     parent_rows = (tree.parents + 1).to(device)  # (n,) row_of(parent)
     tokens = tree.tokens.to(device)  # (n,)
     reads |= {"target_ids": verdict.target_ids.index_select(0, rows.to(verdict.target_ids.device)),
