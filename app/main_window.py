@@ -510,7 +510,7 @@ class MainWindow(QMainWindow):
     def _show_progress(self) -> None:
         session = self.session
         self.status.show_run(session.tokens_per_s, session.alpha, len(session.passes), session.token_count,
-                             session.acceptance_rate)
+                             session.acceptance_rate, session.stats)
 
     # --- settings --------------------------------------------------------------------------------
     @property

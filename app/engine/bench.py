@@ -279,9 +279,7 @@ def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
             stats.add_forward(run.target_forward_ms)  # t_T of its timed forwards (plain steps were added above)
     passes = [p for run in runs for p in run.passes]
     result.tokens_per_pass = stats.tokens_per_pass
-    total = sum(p.timing.total_ms for p in passes)
-    forwards = sum(p.timing.draft_ms + p.timing.verify_ms for p in passes)
-    result.overhead = 1 - forwards / total if total else None
+    result.overhead = stats.overhead
     result.alpha, result.acceptance_rate, result.c = stats.alpha, stats.acceptance_rate, stats.c
     result.expected_tokens_per_pass = stats.expected_tokens_per_pass
     if result.alpha is not None and result.c is not None:

@@ -41,11 +41,12 @@ from app.engine.detok import StreamDetokenizer
 from app.engine.drafters.chain import DrafterChain
 from app.engine.errors import OutOfMemoryError, is_out_of_memory, release_memory
 from app.engine.events import EndEvent, EndReason, Event, ExecutionMode, NoticeEvent, PassEvent, StartEvent
-from app.engine.loading import LoadedModels, synchronize
+from app.engine.loading import LoadedModels
 from app.engine.pass_events import (
     AsdBlockStart,
     Commit,
     PassClock,
+    Stopwatch,
     VerifiedBlock,
     appended_token,
     drafted_tokens,
@@ -74,6 +75,7 @@ class _Request:
     k: int  # current K (differs from the setting under adaptive K)
     k_setting: int
     inspect: bool  # gather the inspector's detail (the top of p and q, the residual)
+    timed_forwards: Stopwatch | None = None  # samples of t_T taken this pass, added to `stats` at its event
     stats: GenerationStats = field(default_factory=GenerationStats)
     passes: int = 0
     chains_only: bool = False  # the target cannot verify trees: tree settings draft chains (§9.3)
@@ -230,31 +232,37 @@ class SpeculativeDecoder:
         return reason
 
     def _time_one_token_forwards(self, req: _Request) -> None:
-        """TIMED_FORWARDS one-token target forwards in ms, samples of t_T (docs/ALGORITHMS.md §7.5).
+        """TIMED_FORWARDS one-token target forwards, samples of t_T (docs/ALGORITHMS.md §7.5), read at the event.
 
         A drafting run may never take a plain step, so before the first draft these models make, the decoder
         feeds the last committed token alone, as a plain step would, and crops it off again (the cache is
-        kept). Later requests reuse the samples: the forwards are paid once, not by every short run.
+        kept). Later requests reuse the samples: the forwards are paid once, not by every short run. On a CUDA
+        device they are timed with events, read after the pass's one read: timing them stalls nothing.
         """
         if req.stats.forward_ms:
             return
-        if not self._timed_forward_ms:
-            timed = []
-            n = req.ids.numel()
-            self.target.prefill(req.ids)
-            if self.target.compiled:  # a compiled step's first call compiles it: that is no sample of t_T
-                self.target.advance_to(req.ids)
-                self.target.crop(n - 1)
-            for _ in range(TIMED_FORWARDS):
-                synchronize(self.models.device)
-                started = time.perf_counter()
-                self.target.advance_to(req.ids)  # (1, V): one token fed
-                synchronize(self.models.device)
-                timed.append(1e3 * (time.perf_counter() - started))
-                self.target.crop(n - 1)
-            self._timed_forward_ms = tuple(timed)
+        req.timed_forwards = stopwatch = Stopwatch(self.models.device)
+        if self._timed_forward_ms:
+            return
+        n = req.ids.numel()
+        self.target.prefill(req.ids)
+        if self.target.compiled:  # a compiled step's first call compiles it: that is no sample of t_T
+            self.target.advance_to(req.ids)
+            self.target.crop(n - 1)
+        for _ in range(TIMED_FORWARDS):
+            stopwatch.start()
+            self.target.advance_to(req.ids)  # (1, V): one token fed
+            stopwatch.stop()
+            self.target.crop(n - 1)
+
+    def _add_timed_forwards(self, req: _Request) -> None:
+        """The samples of t_T into the request's statistics, once the pass's read has waited for them."""
+        if req.timed_forwards is None:
+            return
+        self._timed_forward_ms = self._timed_forward_ms or tuple(req.timed_forwards.samples_ms())
         for ms in self._timed_forward_ms:
             req.stats.add_forward(ms)
+        req.timed_forwards = None
 
     def _draft_length(self, req: _Request, settings: DecodeSettings, room: int) -> int:
         if settings.k != req.k_setting or not settings.adaptive_k:
@@ -284,6 +292,7 @@ class SpeculativeDecoder:
         appended = appended_token(verified, commit, appended_text)
         detail = pass_detail(verified, commit, asd)
         timing = clock.timing(block.prompt_tokens)  # the whole pass, event building included
+        self._add_timed_forwards(req)
         req.stats.add_pass(drafted, len(commit.ids(verified)), timing, tree)
         req.passes += 1
         return PassEvent(index=req.passes - 1, drafter=block.drafter, k=block.k, verify=settings.verify,

@@ -113,6 +113,7 @@ class RunningStats:
     verify_cost: float | None = None  # mean verification forward over one target forward of one token
     estimated_speedup: float | None = None  # tokens x (one target forward) / time: an estimate, not a race
     target_forward_ms: float | None = None  # t_T: the median one-token target forward of the run
+    overhead: float | None = None  # share of pass time outside drafting and the verification forward
 
 
 @dataclass(frozen=True)

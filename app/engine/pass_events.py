@@ -387,7 +387,8 @@ class PassClock:
     On a CUDA device the drafted and verified marks are events recorded in its queue, so marking waits for
     nothing: an event completes once the work queued before it has run, at the time a clock read after
     synchronising would show. They are read when the clock stops, after the pass's one read has waited for
-    the device. Elsewhere every mark synchronises the device (a no-op on the CPU) and reads the clock.
+    the work queued before it, so reading them waits for nothing either. Elsewhere every mark synchronises
+    the device (a no-op on the CPU) and reads the clock.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -415,13 +416,44 @@ class PassClock:
             self.verified = self._now()
 
     def timing(self, prompt_tokens: int = 0) -> Timing:
-        """Stop the clock: draft, verify and whole-pass times in ms (`prompt_tokens`: see `Timing`)."""
+        """Stop the clock after the pass's read: draft, verify and whole-pass times in ms (`prompt_tokens`: see
+        `Timing`)."""
         if self._events is None:
             done = self._now()
             return Timing(draft_ms=1e3 * (self.drafted - self.start), verify_ms=1e3 * (self.verified - self.drafted),
                           total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)
         done = time.perf_counter()
-        started, drafted, verified = self._events
-        verified.synchronize()  # complete already: the pass's read waited for the work queued before it
+        started, drafted, verified = self._events  # complete: the pass's read waited for the work before them
         return Timing(draft_ms=started.elapsed_time(drafted), verify_ms=drafted.elapsed_time(verified),
                       total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)
+
+
+class Stopwatch:
+    """Times pieces of device work without making the host wait: on a CUDA device a pair of events per piece,
+    read later, once a read has waited for the work queued before them (`samples_ms`); elsewhere the clock
+    around each piece, after synchronising (a no-op on the CPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._samples: list[float] = []
+        self._started: float | torch.cuda.Event = 0.0
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            self._started = _recorded(self.device)
+        else:
+            synchronize(self.device)
+            self._started = time.perf_counter()
+
+    def stop(self) -> None:
+        started = self._started
+        if isinstance(started, float):
+            synchronize(self.device)
+            self._samples.append(1e3 * (time.perf_counter() - started))
+        else:
+            self._pairs.append((started, _recorded(self.device)))
+
+    def samples_ms(self) -> list[float]:
+        """Every piece's time in ms; on a CUDA device call it after a read of later work (the pass's read)."""
+        return self._samples + [begin.elapsed_time(end) for begin, end in self._pairs]

@@ -243,6 +243,7 @@ class GenerationStats:
     _draft_ms: float = 0.0
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
+    _forwards_ms: float = 0.0  # draft and verify time of every pass
     _sorted_forward_ms: list[float] = field(default_factory=list)  # forward_ms in order, for its median per pass
 
     def add(self, event: PassEvent) -> None:
@@ -258,6 +259,7 @@ class GenerationStats:
         self.tokens += committed
         self.elapsed_ms += timing.total_ms
         self.verify_ms += timing.verify_ms
+        self._forwards_ms += timing.draft_ms + timing.verify_ms
         self.acceptance.add(drafted)
         self.positions.add(drafted)
         if tree:
@@ -347,6 +349,16 @@ class GenerationStats:
         return self.tokens * t_t / self.elapsed_ms
 
     @property
+    def overhead(self) -> float | None:
+        """The share of pass time outside drafting and the verification forward: the loop's own work (§7.5).
+
+        Verifying K tokens costs about one forward only while this share is small.
+        """
+        if not self.elapsed_ms:
+            return None
+        return 1.0 - self._forwards_ms / self.elapsed_ms
+
+    @property
     def tokens_per_s(self) -> float:
         return 1000.0 * self.tokens / self.elapsed_ms if self.elapsed_ms else 0.0
 
@@ -354,4 +366,5 @@ class GenerationStats:
         return RunningStats(alpha=self.alpha, tokens_per_pass=self.tokens_per_pass, c=self.c,
                             tokens_per_s=self.tokens_per_s, acceptance_rate=self.acceptance_rate,
                             expected_tokens_per_pass=self.expected_tokens_per_pass, verify_cost=self.verify_cost,
-                            estimated_speedup=self.estimated_speedup, target_forward_ms=self.target_forward_ms)
+                            estimated_speedup=self.estimated_speedup, target_forward_ms=self.target_forward_ms,
+                            overhead=self.overhead)
