@@ -347,7 +347,8 @@ def run_headless(args, fail=None) -> int:
     settings = with_model_defaults(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
-    for event in engine.generate(args.prompt, settings, chat_template=args.chat_template):
+    # The inspector's detail goes into the JSON lines; printed text has no use for it.
+    for event in engine.generate(args.prompt, settings, chat_template=args.chat_template, inspect=args.jsonl):
         if args.jsonl:
             print(to_json_line(event, ensure_ascii=ascii_only), flush=True)
         elif isinstance(event, NoticeEvent):

@@ -119,7 +119,7 @@ def timed_generation(decoder: SpeculativeDecoder, prompt: str,
     its wall time in seconds (device synchronised) and its end event."""
     decoder.forget_caches()
     started = time.perf_counter()
-    events = list(decoder.generate(prompt, settings))
+    events = list(decoder.generate(prompt, settings, inspect=False))  # the bench shows no inspector
     synchronize(decoder.models.device)
     seconds = time.perf_counter() - started
     end = events[-1]

@@ -28,6 +28,7 @@ from app.engine.pass_events import (
     tree_block,
     tree_nodes,
     tree_reads,
+    tree_verdict_reads,
 )
 from app.engine.rules import Rule
 from app.engine.sampling import TokenSampler
@@ -118,9 +119,12 @@ class TreeBlock:
         return logits
 
     def read(self, rule: Rule, logits: Tensor, p: Tensor, inspect: bool) -> VerifiedBlock:
-        verdict = self._verdict = rule.tree(self.tree, logits, p)
+        ruling = rule.tree(self.tree, logits, p)
+        host = fetch(tree_reads(self.tree, p, ruling.target_ids, inspect))  # the pass's one read
+        verdict = self._verdict = ruling.finish(host["target_ids"])
         line = main_line(self.tree, verdict)
-        self._host = fetch(tree_reads(self.tree, verdict, p, line, inspect))  # the event's numbers, in one transfer
+        late = tree_verdict_reads(self.tree, verdict, line, p, host, inspect)  # none under greedy
+        self._host = host | fetch(late) if late else host
         return tree_block(self.tree, verdict, line, self._host)
 
     def keep(self, target: CachedModel, ids: Tensor, commit: Commit) -> None:

@@ -112,8 +112,9 @@ class LocalEngine:
         return True  # it lives as long as this process
 
     def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
-                 chat_template: bool = False) -> Iterator[Event]:
-        return self.decoder.generate(prompt, live, control, chat_template=chat_template)
+                 chat_template: bool = False, inspect: bool = True) -> Iterator[Event]:
+        """`inspect=False`: the pass events leave out the inspector's detail (see `SpeculativeDecoder.generate`)."""
+        return self.decoder.generate(prompt, live, control, chat_template=chat_template, inspect=inspect)
 
     def race(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
              chat_template: bool = False) -> Iterator[RaceEvent | RaceResult]:

@@ -8,15 +8,18 @@ numbers in one transfer), `tree` decides a tree block, `charge` books the kept b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from app.engine import rowwise
 from app.engine.events import AsdSummary, Ledger
 from app.engine.pass_events import INSPECT_TOP, AsdBlockStart
 from app.engine.settings import AsdSettings, DecodeSettings
-from app.engine.tree import TreeDraft, TreeVerdict, verify_tree_greedy, verify_tree_sampling
+from app.engine.tree import TreeDraft, TreeVerdict, greedy_tree_verdict, verify_tree_sampling
 from app.engine.verify import (
     Ruling,
     Verdict,
@@ -29,12 +32,21 @@ from app.engine.verify import (
 )
 
 
+@dataclass(frozen=True, eq=False)
+class TreeRuling:
+    """A tree rule as far as the device takes it: each row's argmax, read with the event's numbers, and how the
+    host finishes from its copy."""
+
+    target_ids: Tensor  # (n+1,) long on the device: argmax z (greedy) or argmax p (sampling) per row
+    finish: Callable[[Tensor], TreeVerdict]  # the host copy of target_ids -> the verdict
+
+
 class Rule(Protocol):
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         """The rule's device work for drafts x (K',) on the device, q (K', V) or None, logits and p (K'+1, V)."""
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeVerdict:
-        """The accepted path of a tree; logits and p (n+1, V)."""
+    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
+        """The device work for the accepted path of a tree; logits and p (n+1, V)."""
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         """Book the `kept` drafts of a block; ASD's ledger as it stood at block start (None: no ledger)."""
@@ -46,8 +58,8 @@ class Greedy:
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         return greedy_ruling(x, logits, top=INSPECT_TOP if inspect else 1)  # the inspector's rows in the same search
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeVerdict:
-        return verify_tree_greedy(tree, logits)
+    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
+        return TreeRuling(rowwise.argmax(logits), lambda y: greedy_tree_verdict(tree, y.tolist(), y))
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         return None
@@ -63,8 +75,9 @@ class Sampling:
         u = torch.rand(x.numel(), generator=self.generator, device=logits.device)  # (K',)
         return sampling_ruling(x, p, q, u, self.generator)
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeVerdict:
-        return verify_tree_sampling(tree, p, self.generator)
+    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
+        """The walk reads p' at every tried child on the host (tree.py): more than the pass's one read."""
+        return TreeRuling(rowwise.argmax(p), lambda y: verify_tree_sampling(tree, p, self.generator))
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         return None
