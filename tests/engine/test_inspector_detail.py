@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
+from app.engine.decoding.pass_events import INSPECT_TOP, batched_tops, residual_detail
 from app.engine.events import PassEvent
 from app.engine.loading import load_models
-from app.engine.pass_events import INSPECT_TOP, batched_tops, residual_detail
 from app.engine.settings import DecodeSettings
 from tests.engine.helpers import PROMPTS
 

@@ -13,16 +13,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 from app.engine.drafters.base import Draft, Drafter, can_branch
-from app.engine.drafters.registry import build_drafter, drafter_config
+from app.engine.drafters.registry import Models, build_drafter, drafter_config
 from app.engine.errors import EngineError, is_out_of_memory, release_memory
-from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, SettingsError
-from app.engine.tree import TreeDraft
 
 if TYPE_CHECKING:
-    from app.engine.cached_model import CachedModel
-    from app.engine.loading import LoadedModels
+    from app.engine.runtime.cached_model import CachedModel
 
 Proposal = TypeVar("Proposal", Draft, TreeDraft)
 NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is one plain decoding step
@@ -31,7 +30,7 @@ NO_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)  # K' = 0: the pass is 
 class DrafterChain:
     """The drafters of one pair of loaded models, asked in the order of `settings.drafters`."""
 
-    def __init__(self, models: LoadedModels, target: CachedModel) -> None:
+    def __init__(self, models: Models, target: CachedModel) -> None:
         self.models = models
         self.target = target
         self._built: dict[str, tuple[tuple, Drafter]] = {}  # name -> (configuration, drafter)
