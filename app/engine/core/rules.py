@@ -3,7 +3,9 @@
 
 Notation as in verify.py (chains) and tree.py (trees). These objects only choose and call the pure rules
 there: `chain` queues a chain block's device work and returns its `Ruling` (read back with the pass's event
-numbers in one transfer), `tree` decides a tree block, `charge` books the kept block into the rule's state.
+numbers in one transfer), `tree` queues a tree block's argmax and says how the host walks the tree from
+it, `charge` books the kept block into the rule's state. INSPECT_TOP and the ASD block start live here too:
+the greedy rule finds the inspector's top entries in its own search, and ASD's charge returns its start.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class Sampling:
 class Asd(Greedy):
     """§5: greedy that may accept a mismatch its budget affords; owns the request's ledger s (§5.6 figures too).
 
-    A tree is verified by greedy's rule and charges nothing.
+    ASD is a chain rule (the settings refuse a tree under it); a block without regrets charges nothing.
     """
 
     def __init__(self) -> None:
@@ -112,7 +114,7 @@ class Asd(Greedy):
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         """s += regret of the kept exceptions."""
-        if verdict.mismatch is None:  # a tree block
+        if verdict.mismatch is None:  # not verified by this rule: nothing to charge
             return None
         start = AsdBlockStart(remaining=self.knobs.budget - self.spent, settings=self.knobs)
         self.spent += asd_charge(verdict, kept)
