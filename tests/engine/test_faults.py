@@ -117,4 +117,4 @@ def test_json_lines_stay_strict_json_when_a_model_produces_nan():
     data = json.loads(line, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
     assert data["stats"] == {"alpha": None, "tokens_per_pass": 1.0, "c": None, "tokens_per_s": None,
                              "acceptance_rate": None, "expected_tokens_per_pass": None, "verify_cost": None,
-                             "estimated_speedup": None, "target_forward_ms": None}
+                             "estimated_speedup": None, "target_forward_ms": None, "overhead": None}
