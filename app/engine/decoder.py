@@ -516,7 +516,8 @@ class SpeculativeDecoder:
         return EndEvent(reason=reason, token_ids=tuple(generated), text=text, passes=req.passes,
                         elapsed_s=elapsed_s, stats=req.stats.snapshot(),
                         error=None if error is None else str(error),
-                        error_type=None if error is None else type(error).__name__, asd=self._asd_summary(req))
+                        error_type=None if error is None else type(error).__name__, asd=self._asd_summary(req),
+                        acceptance=req.stats.acceptance_summary())
 
     def _asd_summary(self, req: _Request) -> AsdSummary | None:
         """What ASD bought over the request (§5.6): passes saved = passes * saved / (tokens - saved)."""
