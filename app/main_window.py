@@ -38,6 +38,7 @@ from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
 from app.widgets import scrolled
+from app.widgets.acceptance_histogram import AcceptanceHistogramView, end_of_run_figures
 from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
@@ -110,6 +111,8 @@ class MainWindow(QMainWindow):
         self.drafters = DrafterPanel()
         self.charts = RunCharts()
         self.charts.set_session(self.session)
+        self.acceptance_view = AcceptanceHistogramView()
+        self.acceptance_view.set_session(self.session)
         self.banner = QLabel()
         self.banner.setObjectName("runMessage")
         self.banner.setWordWrap(True)
@@ -149,12 +152,14 @@ class MainWindow(QMainWindow):
         self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters, right)
         self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea,
                                       scroll=False)  # its grid of plots scrolls inside, below a minimum height
+        self.acceptance_dock = self._dock("Acceptance", "acceptanceDock", self.acceptance_view)
         self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector)
         self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory)
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
-        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
+        self._tabify(self.charts_dock, self.acceptance_dock, self.inspector_dock, self.theory_dock, self.race_dock,
+                     self.asd_dock)
         self._tabify(self.drafters_dock, self.guide_dock)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
@@ -255,6 +260,7 @@ class MainWindow(QMainWindow):
         self.status.sig_cancel_load.connect(self.cancel_load)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
+        self.acceptance_dock.visibilityChanged.connect(self.acceptance_view.on_visibility_changed)
         self.drafters.sig_changed.connect(self._show_asd_knobs)  # after the settings model pushed them
         self.asd_dock.visibilityChanged.connect(self._show_asd_knobs)  # settings applied without a change signal
         self.session.sig_ended.connect(lambda end: self.asd_view.show_run(end.asd, len(end.token_ids), end.passes))
@@ -502,7 +508,9 @@ class MainWindow(QMainWindow):
             kind = f"{event.error_type}: " if event.error_type else ""
             self.show_message(f"The generation failed — {kind}{event.error}. The text so far is kept.", error=True)
         else:
-            self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes", 8000)
+            figures = end_of_run_figures(event.acceptance)
+            self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes"
+                                    + (f"; {figures}" if figures else ""), 8000)
 
     def _on_notice(self, notice) -> None:
         self.show_message(notice.message, error=notice.level != "info")

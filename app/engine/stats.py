@@ -291,6 +291,17 @@ class AcceptanceHistogram:
         return expected
 
 
+def acceptance_summary(histogram: AcceptanceHistogram, acceptance: Acceptance,
+                       positions: PositionAcceptance) -> AcceptanceSummary:
+    """The field's figures (§7.7) of some passes, beside α (§7.1) and the conditional α_i (§7.4) of the same."""
+    predicted = histogram.predicted(acceptance.alpha)
+    return AcceptanceSummary(
+        drafting_passes=histogram.drafting_passes, accepted=acceptance.accepted, drafted=acceptance.judged,
+        mean_acceptance_length=histogram.mean_acceptance_length, draft_acceptance_rate=acceptance.acceptance_rate,
+        acceptance_by_position=tuple(histogram.acceptance_by_position()), alpha_by_position=tuple(positions.rates()),
+        histogram=tuple(histogram.counts()), predicted_histogram=None if predicted is None else tuple(predicted))
+
+
 def rank_paths(nodes: Sequence[TreeNode]) -> list[tuple[int, ...]]:
     """Per node, the sibling ranks along its path (0 = tried first); nodes are listed parents first."""
     ranks: dict[int, tuple[int, ...]] = {-1: ()}
@@ -433,14 +444,7 @@ class GenerationStats:
 
     def acceptance_summary(self) -> AcceptanceSummary:
         """The request's acceptance in the field's terms (§7.7), beside α and the conditional α_i."""
-        predicted = self.histogram.predicted(self.alpha)
-        return AcceptanceSummary(
-            drafting_passes=self.histogram.drafting_passes, accepted=self.acceptance.accepted,
-            drafted=self.acceptance.judged, mean_acceptance_length=self.histogram.mean_acceptance_length,
-            draft_acceptance_rate=self.acceptance_rate,
-            acceptance_by_position=tuple(self.histogram.acceptance_by_position()),
-            alpha_by_position=tuple(self.alpha_by_position()), histogram=tuple(self.histogram.counts()),
-            predicted_histogram=None if predicted is None else tuple(predicted))
+        return acceptance_summary(self.histogram, self.acceptance, self.positions)
 
     def snapshot(self) -> RunningStats:
         return RunningStats(alpha=self.alpha, tokens_per_pass=self.tokens_per_pass, c=self.c,
