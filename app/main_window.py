@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.engine import Engine, LocalEngine, ModelsSummary
+from app.engine.load_request import LoadRequest
 from app.engine.remote import EngineProcess
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.runs import RunController
@@ -86,7 +87,7 @@ class MainWindow(QMainWindow):
         self.store = SettingsStore(settings if settings is not None else QSettings(ORGANIZATION, APPLICATION))
         self.engine: Engine | None = None
         self.summary: ModelsSummary | None = None
-        self.model_request = dict(DEFAULT_REQUEST)
+        self.model_request: LoadRequest = DEFAULT_REQUEST
         self.session = Session(self)
         self.runs = RunController(EngineProcess if engine_process else LocalEngine.load, self)
         self._inspect_from: int | None = None  # a Step was asked: inspect the first pass at or after this row
@@ -269,13 +270,13 @@ class MainWindow(QMainWindow):
         self.asd_view.show_knobs(self.settings_model.live.get().asd)
 
     # --- models ------------------------------------------------------------------------------
-    def set_engine(self, engine: Engine, request: dict | None = None) -> None:
+    def set_engine(self, engine: Engine, request: LoadRequest | None = None) -> None:
         """Use this engine from now on (called after a successful load); an engine it replaces is closed."""
         previous, self.engine, self.summary = self.engine, engine, engine.summary
         if previous is not None and previous is not engine:
             previous.close()
         if request is not None:
-            self.model_request = dict(request)
+            self.model_request = request
         suggested = self.settings_model.offer_models(engine.summary)
         self.controls.offer_chat_template(engine.summary.has_chat_template)
         self._describe_models()
@@ -291,7 +292,7 @@ class MainWindow(QMainWindow):
     @property
     def bundled_models(self) -> bool:
         """The bundled demo family is loaded (what the hints and the first prompt are written for)."""
-        return self.summary is not None and self.model_request.get("target") is None
+        return self.summary is not None and self.model_request.bundled
 
     def _describe_models(self) -> None:
         """Say what the loaded models can do; give a newcomer a first prompt they handle well."""
@@ -306,7 +307,7 @@ class MainWindow(QMainWindow):
         if paused is not None:
             self.start_generation(paused)
 
-    def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
+    def load_models_async(self, request: LoadRequest, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
 
         `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
@@ -354,7 +355,7 @@ class MainWindow(QMainWindow):
         dialog.show()
         return dialog
 
-    def _load_from_dialog(self, dialog: ModelDialog, request: dict) -> None:
+    def _load_from_dialog(self, dialog: ModelDialog, request: LoadRequest) -> None:
         if self.is_busy:
             dialog.show_error("Stop the running generation or race before loading other models.")
             return
