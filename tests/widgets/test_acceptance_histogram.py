@@ -19,7 +19,7 @@ from tests.widgets.helpers import run_to_end
 def bundled_engine():
     from app.engine.engine import LocalEngine
 
-    return LocalEngine.load(dict(DEFAULT_REQUEST, device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
+    return LocalEngine.load(DEFAULT_REQUEST.with_changes(device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
 
 
 def test_text_colours_are_readable_on_the_plot_background():
