@@ -70,7 +70,7 @@ class GrowingColumns:
         self._data = np.full((len(names), capacity), NAN)
         self.size = 0
 
-    def append(self, row: dict[str, float]) -> None:
+    def append(self, row: dict[str, float | None]) -> None:
         if self.size == self._data.shape[1]:
             grown = np.full((len(self.names), 2 * self.size), NAN)
             grown[:, : self.size] = self._data

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, SignalInstance
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.engine.events import AcceptanceSummary
 from app.widgets import on_screen
+from app.widgets.run_view import RunView
 
 BACKGROUND = "#FFFFFF"
 TEXT_COLOUR = "#222222"
@@ -31,15 +32,9 @@ PREDICTED_COLOUR = "#A84400"  # a darker Okabe-Ito vermillion, 6.0:1 on white (t
 BAR_WIDTH = 0.6
 
 
-class AcceptanceSource(Protocol):
-    """What the histogram reads of the session (app/session.py): its summary, α and the run's signals."""
+class AcceptanceSource(RunView, Protocol):
+    """What the histogram reads of the session (app/session.py): the run's signals, α and the field's figures."""
 
-    @property
-    def sig_refresh(self) -> SignalInstance: ...
-    @property
-    def sig_begun(self) -> SignalInstance: ...
-    @property
-    def sig_ended(self) -> SignalInstance: ...
     @property
     def alpha(self) -> float | None: ...
 
