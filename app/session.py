@@ -5,7 +5,7 @@ them, updates per-pass series in growing NumPy arrays and marks itself
 dirty. A ~30 Hz timer then emits `sig_refresh` once, and the widgets redraw
 from the session's state — never once per token.
 
-Every figure comes from `app/engine/stats.py` (docs/ALGORITHMS.md §7): the
+Every figure comes from `app/engine/core/stats.py` (docs/ALGORITHMS.md §7): the
 cumulative ones are the engine's own (`event.stats`), the per-drafter, rolling
 and per-position ones are computed here by the same classes. alpha = accepted /
 (accepted + passes that ended in a rejection), the α of E(α, K); the acceptance
@@ -26,18 +26,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.engine.events import (
-    ACCEPTED,
-    ASD_EXCEPTION,
-    AcceptanceSummary,
-    EndEvent,
-    NoticeEvent,
-    PassEvent,
-    RunningStats,
-    StartEvent,
-    to_json_line,
-)
-from app.engine.stats import (
+from app.engine.core.stats import (
     AcceptanceHistogram,
     PositionAcceptance,
     RankAcceptance,
@@ -48,6 +37,17 @@ from app.engine.stats import (
     predicted_speedup,
     rank_paths,
     speedup_with_verify_cost,
+)
+from app.engine.events import (
+    ACCEPTED,
+    ASD_EXCEPTION,
+    AcceptanceSummary,
+    EndEvent,
+    NoticeEvent,
+    PassEvent,
+    RunningStats,
+    StartEvent,
+    to_json_line,
 )
 
 REFRESH_MS = 33

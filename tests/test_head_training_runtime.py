@@ -68,13 +68,13 @@ def test_quick_bfloat16_run_trains_every_family_in_the_heads_format(bfloat16_hea
 
 
 def test_bfloat16_heads_load_on_the_cpu_in_float32_and_draft(tiny_llama, bfloat16_heads):
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from tests.engine.helpers import PROMPTS, run
 
     models = load_models(*map(str, tiny_llama), heads=str(bfloat16_heads[0]))
-    assert set(LEARNED) <= set(models.extras) and set(LEARNED) <= set(models.available_drafters)
-    for spec in models.extras.values():
+    assert set(LEARNED) <= set(models.heads) and set(LEARNED) <= set(models.available_drafters)
+    for spec in models.heads.values():
         assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in spec.module.parameters())
     decoder = SpeculativeDecoder(models)
     _, reference = run(decoder, PROMPTS[0], drafters=(), max_new_tokens=24)
@@ -196,7 +196,7 @@ def test_the_penalty_keys_the_data_and_defaults_to_the_familys(tmp_path):
 def test_labels_under_a_penalty_are_the_engines_processed_distribution(tiny_llama):
     """Each position's label is the top-k of the target's logits processed as the window processes them, for the
     context up to that position; with the penalty off the labels are the plain softmax's."""
-    from app.engine.repetition import process_rows
+    from app.engine.core.repetition import process_rows
     from app.engine.settings import RepetitionSettings
 
     target, _ = head_data.load_target(tiny_llama[0])
@@ -220,7 +220,7 @@ def test_labels_under_a_penalty_are_the_engines_processed_distribution(tiny_llam
 
 def test_heads_are_scored_under_the_labels_penalty():
     """The loss reads each scored row's logits penalised for the context up to its label's position."""
-    from app.engine.repetition import process_rows
+    from app.engine.core.repetition import process_rows
     from app.engine.settings import RepetitionSettings
     from tools.head_training.losses import head_loss, soft_ce
 

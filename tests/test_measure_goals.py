@@ -136,8 +136,8 @@ def test_a_family_assembled_from_links_has_the_size_of_its_files(tmp_path):
 
 
 def test_the_drafters_speed_table_reports_alpha_and_the_acceptance_rate_apart(tiny_llama):
+    from app.engine.core.stats import Acceptance
     from app.engine.loading import load_models
-    from app.engine.stats import Acceptance
     from tools.measure_drafters import render_section, speed
 
     models = load_models(str(tiny_llama[0]), str(tiny_llama[1]), device="cpu", dtype="float32")

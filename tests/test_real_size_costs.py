@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.engine import decoder
+from app.engine.decoding import decoder
 from tools import real_size_costs
 
 

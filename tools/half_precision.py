@@ -8,7 +8,7 @@ For every stand-in architecture (tests/fixtures: tiny random models of real fami
 prompt and each drafter, the engine decodes greedily twice on CPU in the chosen dtype: plainly, one token per
 forward, and speculatively at K = 4 (K + 1 tokens verified in one forward). Where the two token sequences
 first differ, the target's logits after the plain run's context are computed and the divergence classified
-by app/engine/identity.py: a numerical tie (the two tokens are the target's top two and their logits lie
+by app/engine/core/identity.py: a numerical tie (the two tokens are the target's top two and their logits lie
 within rounding of each other: the top-2 gap is reported) or a real mismatch.
 """
 
@@ -38,8 +38,8 @@ def measure(dtype: str, tokens: int, k: int, archs: list[str], device: str = "cp
             prompts: tuple[str, ...] = PROMPTS) -> dict:
     import torch
 
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.identity import classify, logits_at
+    from app.engine.core.identity import classify, logits_at
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings
     from tests.fixtures.architectures import available, build_pair

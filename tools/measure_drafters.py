@@ -43,14 +43,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
-from app.engine.cached_model import CachedModel  # noqa: E402
-from app.engine.decoder import SpeculativeDecoder  # noqa: E402
+from app.engine.core.sampling import TokenSampler  # noqa: E402
+from app.engine.core.stats import Acceptance  # noqa: E402
+from app.engine.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from app.engine.drafters import build_drafter  # noqa: E402
 from app.engine.events import EndEvent, PassEvent  # noqa: E402
-from app.engine.loading import DEMO_DIR, folder_repetition, load_models  # noqa: E402
-from app.engine.sampling import TokenSampler  # noqa: E402
+from app.engine.loading import load_models  # noqa: E402
+from app.engine.loading.load import DEMO_DIR, folder_repetition  # noqa: E402
+from app.engine.runtime.cached_model import CachedModel  # noqa: E402
 from app.engine.settings import DecodeSettings, DrafterOptions, RepetitionSettings  # noqa: E402
-from app.engine.stats import Acceptance  # noqa: E402
 from tools.demo_training.corpus import PROSE_SOURCES, CorpusSplit  # noqa: E402
 from tools.demo_training.data import pack_blocks, spread_blocks  # noqa: E402
 from tools.demo_training.evaluation import CODE_PROMPTS  # noqa: E402
@@ -246,7 +247,7 @@ WHAT = {"medusa": "residual heads on the last hidden state",
 
 def head_summary(models) -> dict:
     out = {}
-    for name, spec in models.extras.items():
+    for name, spec in models.heads.items():
         training = spec.config.training
         out[name] = {"what": WHAT.get(name, name), "parameters": sum(p.numel() for p in spec.module.parameters()),
                      "seconds": training.get("seconds", 0.0),

@@ -5,7 +5,7 @@ eager on the static cache, compiled.
     python tools/measure_execution.py --json /tmp/execution.json            # the demo family, one CPU thread
     python tools/measure_execution.py --variants "eager dynamic" --variants "eager dynamic, forward" --repeats 9
 
-For each mode (app/engine/execution.py), on the same weights, interleaved so that a busy machine's drift hits
+For each mode (app/engine/runtime/execution.py), on the same weights, interleaved so that a busy machine's drift hits
 every mode alike (each repeat runs every mode back to back):
 
 - autoregressive decoding: ms per generated token of a whole greedy generation (`--tokens`, prefill included);
@@ -38,10 +38,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
-from app.engine.bench import load_prompts, timed_generation  # noqa: E402
-from app.engine.decoder import SpeculativeDecoder  # noqa: E402
-from app.engine.execution import Execution  # noqa: E402
-from app.engine.loading import load_models, synchronize  # noqa: E402
+from app.bench.methods import load_prompts, timed_generation  # noqa: E402
+from app.engine.decoding.decoder import SpeculativeDecoder  # noqa: E402
+from app.engine.loading import load_models  # noqa: E402
+from app.engine.runtime.devices import synchronize  # noqa: E402
+from app.engine.runtime.execution import Execution  # noqa: E402
 from app.engine.settings import DecodeSettings  # noqa: E402
 
 VARIANTS = {"eager dynamic": Execution("dynamic", False),

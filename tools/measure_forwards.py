@@ -28,8 +28,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
-from app.engine.cached_model import CachedModel  # noqa: E402
 from app.engine.loading import load_models  # noqa: E402
+from app.engine.runtime.cached_model import CachedModel  # noqa: E402
 from tools.measure_execution import VARIANTS  # noqa: E402
 
 

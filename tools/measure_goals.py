@@ -25,7 +25,7 @@ Per family:
 - Per drafter: per-token acceptance of the tested positions alpha = accepted /
   (accepted + passes that ended in a rejection) (the drafts after a pass's
   first rejection are never tested), the acceptance rate accepted / drafted
-  (drafts clipped by the token limit left out; app/engine/stats.py), tokens per pass,
+  (drafts clipped by the token limit left out; app/engine/core/stats.py), tokens per pass,
   tokens/s and the speed-up = autoregressive time / drafter time (sums of
   per-prompt medians over the repeats), over all prompts and over the prompts
   whose continuation is not degenerate (the figures that count: loops make any
@@ -57,8 +57,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: no sp
 
 import torch  # noqa: E402
 
+from app.engine.core.stats import Acceptance  # noqa: E402
 from app.engine.settings import RepetitionSettings  # noqa: E402
-from app.engine.stats import Acceptance  # noqa: E402
 from tools.demo_training.evaluation import folder_megabytes, valid_python_lines  # noqa: E402
 from tools.demo_training.model_card import upsert_section  # noqa: E402
 
@@ -129,7 +129,7 @@ def decode_once(decoder, prompt: str, drafter: str | None, max_new: int, repetit
 
 
 def load_family(folder: Path):
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
     heads = folder / "heads"
@@ -167,7 +167,7 @@ def summarise(runs: dict, prompts: list[dict], keep: list[str]) -> dict:
 def family_repetition(folder: Path, args):
     """The repetition options as given, else what the family's playground.json suggests (else off)."""
     from app.cli import repetition_from_args
-    from app.engine.loading import folder_repetition
+    from app.engine.loading.load import folder_repetition
 
     return repetition_from_args(args, folder_repetition(folder))
 

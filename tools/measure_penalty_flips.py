@@ -29,9 +29,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from app.engine.core.sampling import TokenSampler
 from app.engine.drafters import build_drafter
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from app.engine.settings import DrafterOptions, RepetitionSettings
 from tools.measure_drafters import prompt_file
 

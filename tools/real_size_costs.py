@@ -47,8 +47,8 @@ GOAL = 0.05
 @contextmanager
 def step_timers():
     """Wrap the decoder's per-pass steps; yields a dict step -> ms, summed until reset."""
-    from app.engine import decoder as dec
-    from app.engine.sampling import TokenSampler
+    from app.engine.decoding import decoder as dec
+    from app.engine.core.sampling import TokenSampler
 
     spent: dict[str, float] = defaultdict(float)
 
@@ -102,7 +102,7 @@ def event_memory(decoder, prompt: str, drafters: tuple[str, ...], k: int, tokens
 
 
 def measure_shape(key: str, prompts: list[str], tokens: int, k: int, tiny: bool, profile: bool) -> dict:
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from tests.fixtures.real_shapes import SHAPES, stand_in, weight_bytes
 
     started = time.perf_counter()
@@ -182,7 +182,7 @@ def markdown(result: dict) -> str:
 
 def bench_at_shape(key: str, k: int, tiny: bool) -> str:
     """The quick bench (its prompts, methods and token limit) on a stand-in of this shape and its drafter."""
-    from app.engine import bench
+    from app.bench import methods as bench
     from tests.fixtures.real_shapes import SHAPES, stand_in
 
     models = stand_in(key, with_draft=True, is_tiny=tiny)

@@ -119,7 +119,7 @@ def model_request(target: str | None, draft: str | None, scratch: Path) -> LoadR
 
 def load(request: LoadRequest):
     """(models, decoder) in this process: the headless runs, and the window's with --engine thread."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
     models = load_models(**request.to_dict())

@@ -56,7 +56,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from app.engine.drafters.heads import FAMILIES, TargetShape, default_config
-from app.engine.loading import folder_repetition
+from app.engine.loading.load import folder_repetition
 from tools.demo_training.corpus import PROSE_SOURCES
 from tools.demo_training.model_card import recorded_prose_source
 from tools.demo_training.python_docs import PythonDocsMissing

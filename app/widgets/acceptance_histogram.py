@@ -5,7 +5,7 @@ E[h_j] = sum_K n_K P_K(j), P_K(j) = alpha^j (1 - alpha) for j < K and alpha^K at
 K. Bars that leave the points show that acceptance is not i.i.d. Below the plot, the figures vLLM and SGLang
 report (mean acceptance length 1 + accepted / drafting passes, accepted / drafted, the unconditional
 per-position rate) beside α and our conditional α_i. Every figure is the session's, which has it from
-app/engine/stats.py: the engine's own at the end of a run.
+app/engine/core/stats.py: the engine's own at the end of a run.
 
 Few bars, so a redraw is cheap; it still happens only while the tab shows (`on_visibility_changed` draws
 what arrived behind it).

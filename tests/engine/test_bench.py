@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import bench
-from app.engine.decoder import SpeculativeDecoder
+from app.bench import methods as bench
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 
 
@@ -81,8 +81,8 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
 
     out = tmp_path / "bench.json"
     target, draft = map(str, tiny_llama)
-    assert cli.main(["bench", "--quick", "--target", target, "--draft-model", draft, "--k", "3", "--json", str(out),
-                     "--no-progress"]) == 0
+    assert cli.main(["bench", "methods", "--quick", "--target", target, "--draft-model", draft, "--k", "3",
+                     "--json", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr()
     assert "quick run" in printed.out and printed.err == ""  # no bar when asked for none
     data = json.loads(out.read_text())
@@ -106,12 +106,12 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
     from dataclasses import fields
 
     from app import cli
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     out, png = tmp_path / "asd.json", tmp_path / "asd.png"
     target, draft = map(str, tiny_llama)
-    assert cli.main(["bench", "--asd", "--target", target, "--draft-model", draft, "--k", "3", "--budgets", "0,8,inf",
-                     "--gates", "0.25,4", "--caps", "2", "--asd-drafter", "draft-model", "--asd-drafter",
+    assert cli.main(["bench", "asd", "--target", target, "--draft-model", draft, "--k", "3", "--budgets", "0,8,inf",
+                     "--gates", "0.25,4", "--caps", "2", "--drafter", "draft-model", "--drafter",
                      "prompt-lookup", "--max-prompts", "2", "--repeats", "1", "--json", str(out), "--plot", str(png),
                      "--no-progress"]) == 0
     assert "rel tok/s" in capsys.readouterr().out
@@ -134,7 +134,7 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
 
 
 def test_frontier_keeps_the_points_no_other_beats_on_both_axes():
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     def point(speed, delta):
         return asd_sweep.PointResult("d", 1.0, "1", 0.25, 2, False, speed, [speed], 1.0, 1.0, 1, 0.0, 0.0, 0.0, 0.0,

@@ -1,4 +1,4 @@
-"""Acceptance in vLLM's and SGLang's terms beside α (docs/ALGORITHMS.md §7.7, app/engine/stats.py)."""
+"""Acceptance in vLLM's and SGLang's terms beside α (docs/ALGORITHMS.md §7.7, app/engine/core/stats.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import GenerationStats, truncated_geometric
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import ACCEPTED, BONUS, CLIPPED, REJECTED, TreeNode, to_json_line
 from app.engine.loading import load_models
-from app.engine.stats import GenerationStats, truncated_geometric
 from tests.engine.helpers import run
 from tests.engine.test_acceptance_stats import TIMING, tokens
 

@@ -5,7 +5,7 @@ more generic and more repetitive). Training a drafter on text the target wrote (
 DistillSpec's model-generated data) teaches it the target's habits where they show.
 
 A family that suggests a repetition penalty is decoded with it in the window, so its drafters are scored on
-text written under the penalty: `penalty` writes the training text the same way (app/engine/repetition.py,
+text written under the penalty: `penalty` writes the training text the same way (app/engine/core/repetition.py,
 Hugging Face's semantics, the prompt counting as context).
 
 Notation: a prompt of P corpus tokens, continued for C tokens; a generated block of the draft's training data
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from app.engine.repetition import RepetitionSettings, process_rows
+from app.engine.core.repetition import RepetitionSettings, process_rows
 
 from .checkpoint import atomic_torch_save, load_if_exists
 from .data import spread_blocks

@@ -43,7 +43,7 @@ def write_playground_json(folder: Path, exit_depth: int, seed: int, prose_source
                           repetition_penalty: float = 1.0) -> None:
     # prose_source: the corpus the family was trained on, so that tools training or measuring against
     # it (train_heads.py, evaluate_demo_models.py, measure_drafters.py) use the same text and held-out split.
-    # repetition_penalty: where the window and `run` start (app/engine/loading.py `manifest_repetition`).
+    # repetition_penalty: where the window and `run` start (app/engine/loading/load.py `manifest_repetition`).
     suggestion = {"repetition_penalty": repetition_penalty} if repetition_penalty != 1.0 else {}
     atomic_write_json(folder / "playground.json", {
         "target": "target", "draft": "draft", "layer_skip_exit": exit_depth,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from app.engine.repetition import penalised_where
+from app.engine.core.repetition import penalised_where
 
 from ..demo_training.checkpoint import atomic_torch_save, load_if_exists
 from ..demo_training.corpus import split_documents

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.engine.bench import OURS_AR, BenchPrompt, Run, Step, ours, run_interleaved, summarise
-from app.engine.decoder import SpeculativeDecoder
+from app.bench.methods import OURS_AR, BenchPrompt, Run, Step, ours, run_interleaved, summarise
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import LoadedModels
 
 BUDGETS = (4, 8, 16, 32)

@@ -14,7 +14,7 @@ the target's probabilities and `q` the drafter's. Under the sample rule both
 Under greedy decoding `p = softmax(z)` (no warping) is only reported, and the
 token is `argmax z` (first maximum on ties).
 
-Under every rule the repetition controls (app/engine/repetition.py, §4.5) process
+Under every rule the repetition controls (app/engine/core/repetition.py, §4.5) process
 `z` for its row's context before any of this, on both sides: `TokenSampler.process`
 for the target's rows, `TokenSampler.draw` for a drafter's.
 
@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from app.engine import rowwise
-from app.engine.repetition import process_rows
+from app.engine.core import rowwise
+from app.engine.core.repetition import process_rows
 from app.engine.settings import RepetitionSettings, SamplingSettings
 
 MASS_SCALE = 2**23  # top-p masses are split at multiples of 1 / MASS_SCALE (see _mask_top_p)

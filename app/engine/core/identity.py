@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from app.engine.fidelity import first_divergence
+from app.engine.core.fidelity import first_divergence
 
 if TYPE_CHECKING:  # the window's process reads `Identity` (in race results) and never loads torch
     import torch
@@ -89,7 +89,7 @@ def logits_at(model, context: Sequence[int], repetition: RepetitionSettings | No
     repetition controls when given (the logits greedy decoding chose from)."""
     import torch
 
-    from app.engine.repetition import process_rows
+    from app.engine.core.repetition import process_rows
 
     device = next(model.parameters()).device
     with torch.inference_mode():

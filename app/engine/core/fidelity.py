@@ -9,7 +9,7 @@ prompt `c` of N tokens. The target's log-probability of `x` given `c` is
 and the figure compared across outputs is its mean over t (outputs of
 different lengths stay comparable). One forward over `c + x`; the log-softmax
 runs in float32 on the model's device, the gathered values are summed in
-float64 on the host (`app/engine/exact.py`).
+float64 on the host (`app/engine/core/exact.py`).
 
 `first_divergence`, `edit_distance`, `token_diff`, `changed_positions` and `parses` are pure Python.
 """
@@ -66,7 +66,7 @@ def mean_log_prob(model, prompt_ids: Sequence[int], ids: Sequence[int]) -> float
         raise ValueError("mean_log_prob needs at least one prompt token to condition the first output token on")
     import torch  # here: the window's process imports this module for the race's diff, and never loads torch
 
-    from app.engine.exact import to_host_float64
+    from app.engine.core.exact import to_host_float64
 
     device = next(model.parameters()).device
     n, t = len(prompt_ids), len(ids)

@@ -25,8 +25,11 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from app.engine import rowwise
-from app.engine.detok import StreamDetokenizer
+from app.engine.core import rowwise
+from app.engine.core.detok import StreamDetokenizer
+from app.engine.core.sampling import MASS_SCALE
+from app.engine.core.tree import ROOT, TreeDraft, TreeVerdict, row_of
+from app.engine.core.verify import Rejection, Verdict, fetch
 from app.engine.events import (
     ACCEPTED,
     ASD_EXCEPTION,
@@ -46,11 +49,8 @@ from app.engine.events import (
     TokenProb,
     TreeNode,
 )
-from app.engine.loading import synchronize
-from app.engine.sampling import MASS_SCALE
+from app.engine.runtime.devices import synchronize
 from app.engine.settings import AsdSettings
-from app.engine.tree import ROOT, TreeDraft, TreeVerdict, row_of
-from app.engine.verify import Rejection, Verdict, fetch
 
 INSPECT_TOP = 8  # entries of p, q and the residual kept per row for the pass inspector
 

@@ -16,7 +16,7 @@ run a model (draft model, layer skip).
   "reduce-overhead") on CUDA, Inductor's default mode elsewhere. A prefill (a prompt, a drafter catching up
   on it) stays eager. Compiling needs the static cache, which then holds the model's context from the start
   (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
-  compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading.py), with progress,
+  compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading/warm_up.py), with progress,
   not at the first generation. A compile or capture that fails falls back to eager forwards with a notice,
   never an error.
 
@@ -129,7 +129,7 @@ def settle_execution(execution: Execution, target) -> None:
     one (its drafters are checked by their own caches when built)."""
     if execution.cache != "static":
         return
-    from app.engine.static_cache import static_problem
+    from app.engine.runtime.static_cache import static_problem
 
     spread = len(set(getattr(target, "hf_device_map", {}).values())) > 1
     problem = "the static cache keeps a model on one device, and this one is spread over several" if spread \

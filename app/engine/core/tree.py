@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.engine import rowwise
+from app.engine.core import rowwise
 
 ROOT = -1
 

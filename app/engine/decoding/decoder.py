@@ -32,25 +32,22 @@ from typing import TypeVar
 
 import torch
 
-from app.engine.cached_model import CachedModel
-from app.engine.detok import StreamDetokenizer
-from app.engine.drafters.base import Draft, Drafter, can_branch
-from app.engine.drafters.registry import build_drafter, drafter_config
-from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
-from app.engine.events import (
-    AsdSummary,
-    EndEvent,
-    EndReason,
-    Event,
-    ExecutionMode,
-    Ledger,
-    NoticeEvent,
-    PassEvent,
-    StartEvent,
-    TreeNode,
+from app.engine.core.detok import StreamDetokenizer
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.stats import GenerationStats
+from app.engine.core.tree import TreeDraft, row_of, verification_parents, verify_tree_greedy, verify_tree_sampling
+from app.engine.core.verify import (
+    Ruling,
+    Verdict,
+    asd_charge,
+    asd_reused,
+    asd_ruling,
+    asd_saved,
+    fetch,
+    greedy_ruling,
+    sampling_ruling,
 )
-from app.engine.loading import LoadedModels, synchronize
-from app.engine.pass_events import (
+from app.engine.decoding.pass_events import (
     INSPECT_TOP,
     AsdBlockStart,
     Commit,
@@ -67,21 +64,25 @@ from app.engine.pass_events import (
     tree_nodes,
     tree_reads,
 )
-from app.engine.sampling import TokenSampler
-from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
-from app.engine.stats import GenerationStats
-from app.engine.tree import TreeDraft, row_of, verification_parents, verify_tree_greedy, verify_tree_sampling
-from app.engine.verify import (
-    Ruling,
-    Verdict,
-    asd_charge,
-    asd_reused,
-    asd_ruling,
-    asd_saved,
-    fetch,
-    greedy_ruling,
-    sampling_ruling,
+from app.engine.drafters.base import Draft, Drafter, can_branch
+from app.engine.drafters.registry import build_drafter, drafter_config
+from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
+from app.engine.events import (
+    AsdSummary,
+    EndEvent,
+    EndReason,
+    Event,
+    ExecutionMode,
+    Ledger,
+    NoticeEvent,
+    PassEvent,
+    StartEvent,
+    TreeNode,
 )
+from app.engine.loading import LoadedModels
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.devices import synchronize
+from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, SettingsError
 
 Proposal = TypeVar("Proposal", Draft, TreeDraft)
 TIMED_FORWARDS = 3  # one-token target forwards timed before the first draft of a request (t_T, §7.5)

@@ -38,8 +38,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from app.engine import rowwise
-from app.engine.exact import to_host_float64
+from app.engine.core import rowwise
+from app.engine.core.exact import to_host_float64
 
 
 @dataclass(frozen=True, eq=False)

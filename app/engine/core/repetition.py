@@ -12,7 +12,7 @@ With penalty `θ` and n-gram size `n`, in the order `model.generate` applies the
 
 Ids beyond the logits' vocabulary (an embedding table larger than the LM head) are ignored, as there.
 Both work on float32 logits, as `generate` does; nothing is float64. The controls come before the
-warping of app/engine/sampling.py, like Hugging Face's processors before its warpers.
+warping of app/engine/core/sampling.py, like Hugging Face's processors before its warpers.
 
 `process_rows` processes a batch of rows, row r continuing `prefix ++ continuations[r]`: the verification
 rows of a chain (continuations[r] = drafts[:r]), a drafter's row, or a tree's nodes (each node's ancestors).

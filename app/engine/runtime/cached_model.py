@@ -18,7 +18,7 @@ Chain forwards on the dynamic cache skip the wrappers of the model's `forward` w
 (`lean_forward.py`: the same modules, the same numbers), and the dynamic cache appends by writing the new
 rows into buffers grown by doubling, not by concatenating the whole cache (`growing_cache.py`).
 
-The cache is dynamic or static (`app/engine/execution.py`, `static_cache.py`). On the static path a crop is
+The cache is dynamic or static (`app/engine/runtime/execution.py`, `static_cache.py`). On the static path a crop is
 a move of the write position, every forward gets a 4D mask over the cache's capacity, and, when compiling,
 the short forwards run compiled with their rows padded to a power of two (the padding rows write past the
 sequence, where the next forward overwrites them). `warm_up` compiles one such forward ahead, through the
@@ -36,12 +36,12 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
+from app.engine.core.tree import TreeRows
 from app.engine.errors import is_out_of_memory
-from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
-from app.engine.growing_cache import growing_cache
-from app.engine.lean_forward import lean_forward
-from app.engine.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
-from app.engine.tree import TreeRows
+from app.engine.runtime.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
+from app.engine.runtime.growing_cache import growing_cache
+from app.engine.runtime.lean_forward import lean_forward
+from app.engine.runtime.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
 
 _LAYER_LISTS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
 

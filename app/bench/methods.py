@@ -8,7 +8,7 @@ Repetition controls, when set, apply to every method: ours through the
 settings, Hugging Face's through generate's own arguments.
 
 Columns: tokens/s; speedup = tokens/s / tokens/s of our autoregressive loop
-(measured: a real autoregressive run); from our runs, by app/engine/stats.py
+(measured: a real autoregressive run); from our runs, by app/engine/core/stats.py
 (docs/ALGORITHMS.md §7): alpha = accepted / (accepted + passes that ended in
 a rejection), rate = accepted / drafted, tokens per pass against E = E(alpha, K)
 over the passes' own K, and c = draft time per drafted token over one target
@@ -18,7 +18,7 @@ efficiency = speedup / predicted; overhead = share of pass time spent outside
 the draft and verify forwards; identical = the ids equal our autoregressive
 greedy ids; the identity column says "identical", or where the first run that
 differs diverged and whether it was a numerical tie of the target's top two
-logits (half precision) or a real mismatch (app/engine/identity.py).
+logits (half precision) or a real mismatch (app/engine/core/identity.py).
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from pathlib import Path
 
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import GenerationStats, predicted_speedup_of_passes
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event, PassEvent
-from app.engine.loading import LoadedModels, synchronize
+from app.engine.loading import LoadedModels
+from app.engine.runtime.devices import synchronize
 from app.engine.settings import DecodeSettings, RepetitionSettings
-from app.engine.stats import GenerationStats, predicted_speedup_of_passes
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "prompts.json"
 OURS_AR = "ours:autoregressive"
@@ -272,7 +273,7 @@ def summarise(name: str, repeats: list[list[Run]], baseline_ids: list[list[int]]
 
 
 def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
-    """The figures of app/engine/stats.py over every pass of every run of one method."""
+    """The figures of app/engine/core/stats.py over every pass of every run of one method."""
     stats = GenerationStats()
     for run in runs:
         for event in run.passes:
@@ -316,8 +317,8 @@ def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts
                       repeats: list[list[Run]], baseline_ids: list[list[int]],
                       repetition: RepetitionSettings = NO_REPETITION) -> str:
     """"identical", or the first differing run's divergence judged on the target's logits (a tie or a mismatch)."""
-    from app.engine.fidelity import first_divergence
-    from app.engine.identity import classify, logits_at
+    from app.engine.core.fidelity import first_divergence
+    from app.engine.core.identity import classify, logits_at
 
     for rep in repeats:
         for prompt, run, reference in zip(prompts, rep, baseline_ids, strict=True):

@@ -17,7 +17,7 @@ Per point, summed over the prompts (T tokens, P passes, of one repeat):
     passes saved       = P_G * T / T_G - P      strict greedy's measured passes, scaled to this output's length
     exceptions, regret spent, reused, saved     the end events' `asd` (per request, mean over prompts)
 
-and fidelity against strict greedy's output `y` for the same prompt (app/engine/fidelity.py):
+and fidelity against strict greedy's output `y` for the same prompt (app/engine/core/fidelity.py):
 the first divergence, the token edit distance, the target's mean log-probability
 of the output minus that of `y` (mean over prompts), and for code prompts
 whether the prompt and the output's complete top-level statements still
@@ -37,10 +37,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from app.engine.bench import BenchPrompt, timed_generation
-from app.engine.decoder import SpeculativeDecoder
+from app.bench.methods import BenchPrompt, timed_generation
+from app.engine.core.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent
-from app.engine.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
 from app.engine.loading import LoadedModels
 from app.engine.settings import AsdSettings, DecodeSettings
 
