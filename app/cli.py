@@ -232,7 +232,7 @@ def _add_bench_options(bench: argparse.ArgumentParser) -> None:
                        help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
                             "methods; rough figures, not a measurement")
     bench.add_argument("--prompts", help="JSON prompt set: a list like the committed assets/bench/prompts.json (the "
-                       "default), or a held-out set like tools/demo_training/heldout_prompts.json")
+                       "default), or a held-out set like tools/train/demo_training/heldout_prompts.json")
     bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")
     bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")

@@ -95,7 +95,7 @@ HELD_OUT_MAX_NEW_TOKENS = 128  # a held-out prompt set names no token limit: the
 
 def load_prompts(path: Path = PROMPTS_FILE) -> list[BenchPrompt]:
     """The bench's prompt list, or a held-out prompt set (`{"prompts": [{"id", "domain", "text"}]}`, as in
-    tools/demo_training/heldout_prompts.json), whose prompts run to HELD_OUT_MAX_NEW_TOKENS."""
+    tools/train/demo_training/heldout_prompts.json), whose prompts run to HELD_OUT_MAX_NEW_TOKENS."""
     data = json.loads(Path(path).read_text())
     if isinstance(data, dict):
         return [BenchPrompt(name=entry["id"], kind=entry["domain"], prompt=entry["text"],

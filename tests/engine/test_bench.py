@@ -60,7 +60,7 @@ def test_committed_prompt_set_has_code_and_prose():
 
 
 def test_the_held_out_prompt_set_loads_as_bench_prompts():
-    path = Path(__file__).resolve().parents[2] / "tools" / "demo_training" / "heldout_prompts.json"
+    path = Path(__file__).resolve().parents[2] / "tools" / "train" / "demo_training" / "heldout_prompts.json"
     entries = json.loads(path.read_text())["prompts"]
     prompts = bench.load_prompts(path)
     assert [(p.name, p.kind, p.prompt) for p in prompts] == [(e["id"], e["domain"], e["text"]) for e in entries]
