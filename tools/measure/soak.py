@@ -24,11 +24,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from app.engine.load_request import LoadRequest
-
+from app.engine.load_request import LoadRequest
 from tools.options import add_threads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,8 +104,6 @@ class Heartbeat:
 # --- models and window -------------------------------------------------------------------------------------
 def model_request(target: str | None, draft: str | None, scratch: Path) -> LoadRequest:
     """The given models, else a tiny long-context pair that never stops early."""
-    from app.engine.load_request import LoadRequest
-
     if target is not None:
         return LoadRequest(target=target, draft=draft)
     from tests.tiny_models import tiny_pair  # the test suite's model builder: random weights, no download
