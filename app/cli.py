@@ -350,9 +350,11 @@ def run_headless(args, fail=None) -> int:
         fail(str(exc))
     from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
+    from app.engine.load_request import LoadRequest
 
-    engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
-                                   device_map=args.device_map, heads=args.heads, **execution), load_steps(args))
+    engine = LocalEngine.load(LoadRequest(target=args.target, draft=args.draft_model, device=args.device,
+                                          dtype=args.dtype, device_map=args.device_map, heads=args.heads, **execution),
+                              load_steps(args))
     settings = with_model_defaults(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None

@@ -77,6 +77,8 @@ class MethodResult:
     alpha: float | None = None
     acceptance_rate: float | None = None
     tokens_per_pass: float | None = None
+    mean_acceptance_length: float | None = None  # 1 + accepted / drafting passes, as vLLM and SGLang report it
+    acceptance_histogram: list[int] | None = None  # drafting passes that accepted exactly j drafts (§7.7)
     expected_tokens_per_pass: float | None = None
     c: float | None = None
     predicted: float | None = None
@@ -283,6 +285,8 @@ def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
     result.overhead = stats.overhead
     result.alpha, result.acceptance_rate, result.c = stats.alpha, stats.acceptance_rate, stats.c
     result.expected_tokens_per_pass = stats.expected_tokens_per_pass
+    result.mean_acceptance_length = stats.histogram.mean_acceptance_length
+    result.acceptance_histogram = stats.histogram.counts()
     if result.alpha is not None and result.c is not None:
         result.predicted = predicted_speedup_of_passes(result.alpha, result.c, [len(p.drafted) for p in passes])
 
@@ -330,7 +334,8 @@ def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts
 
 COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
            ("alpha", "alpha", "{:.2f}"), ("rate", "acceptance_rate", "{:.2f}"),
-           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
+           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("acc len", "mean_acceptance_length", "{:.2f}"),
+           ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
            ("predicted", "predicted", "{:.2f}x"), ("efficiency", "efficiency", "{:.2f}"),
            ("overhead", "overhead", "{:.1%}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
            ("identical", "identity", "{}")]

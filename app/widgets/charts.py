@@ -53,6 +53,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.widgets import on_screen
+from app.widgets.run_view import RunView, bound
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 PLOT_COUNT = 5
@@ -76,9 +77,11 @@ OVERALL_COLOUR = "#777777"
 
 
 class RunCharts(QWidget):
+    scroll: QScrollArea  # type: ignore[assignment]  # the grid's scroll area (it hides QWidget.scroll, unused here)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._session = None
+        self._session: RunView | None = None
         self._from_row = 0  # rows before this were cleared from view
         self._x_spans: dict[int, tuple[float, float]] = {}  # plot index -> its stepped x range
         self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
@@ -294,7 +297,7 @@ class RunCharts(QWidget):
         return "per drafter: solid rolling (16 passes), dashed cumulative" if self.drafter_curves else ""
 
     # --- binding ------------------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
@@ -372,7 +375,7 @@ class RunCharts(QWidget):
 
     def _draw(self, index: int) -> None:
         """Redraw plot `index` (0 alpha, 1 tokens, 2 ledger, 3 throughput, 4 speedup) from the session."""
-        series = self._session.series
+        series = bound(self._session).series
         self._drawn_rows[index] = series.size
         rows = slice(self._from_row, series.size)
         x = series["pass"][rows]
@@ -437,7 +440,7 @@ class RunCharts(QWidget):
 
     def _draw_markers(self, index: int) -> None:
         """A vertical line where the drafter, K or rule changed; labelled in the α plot."""
-        changes, markers = self._session.changes, self._markers[index]
+        changes, markers = bound(self._session).changes, self._markers[index]
         for change in changes[len(markers):]:
             label = change.text if index == 0 else None
             marker = pg.InfiniteLine(change.index - 0.5, angle=90, movable=False, label=label,
@@ -449,7 +452,7 @@ class RunCharts(QWidget):
 
     def _draw_drafters(self, first_pass: float) -> None:
         """Each drafter's curves: rolling (solid) and cumulative (dashed), in the drafter's colour."""
-        for name, drafter in self._session.by_drafter.items():
+        for name, drafter in bound(self._session).by_drafter.items():
             rolling, cumulative = self._curves_for(name)
             passes = drafter.columns["pass"]
             shown = slice(int(np.searchsorted(passes, first_pass)), None)
@@ -484,15 +487,16 @@ class RunCharts(QWidget):
     def _draw_ledger(self, x, spent, budget, exceptions) -> None:
         self.ledger_spent.setData(x, spent)
         self.ledger_budget.setData(x, budget)
-        new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else []
+        new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else np.array([], dtype=int)
         self.ledger_marks.setData(x[new_exception], spent[new_exception])
         self._grow_y(self.ledger_plot, spent, budget)
-        last = self._session.passes[-1] if self._session.passes else None
-        asd = last is not None and last.verify == "asd"
-        self._show_budget(last.ledger if asd else None)
-        self.budget_state = "off" if not asd else "spent" if _budget_spent(last.ledger) else "on"
+        passes = bound(self._session).passes
+        last = passes[-1] if passes else None
+        ledger = last.ledger if last is not None and last.verify == "asd" else None
+        self._show_budget(ledger)
+        self.budget_state = "off" if ledger is None else "spent" if _budget_spent(ledger) else "on"
         self.ledger_note.setVisible(self.budget_state != "on")
-        self.ledger_note.setText("ASD off" if not asd else "Budget spent:\nASD is now strict greedy")
+        self.ledger_note.setText("ASD off" if ledger is None else "Budget spent:\nASD is now strict greedy")
         (x0, x1), (y0, y1) = self.ledger_plot.getViewBox().viewRange()
         self.ledger_note.setPos((x0 + x1) / 2, (y0 + y1) / 2)  # the middle of the plot
 

@@ -513,6 +513,7 @@ def _agreement_text(result: RaceResult) -> str:
     if result.identical:
         why = " — as this verification rule guarantees." if result.must_match else "."
         return f"The two texts are identical, token for token ({total} tokens){why}"
+    assert result.first_divergence is not None, "texts that are not identical differ somewhere"
     distance = "too long to compare" if result.edit_distance is None else f"{result.edit_distance}"
     where = (f"The texts first differ at generated token {result.first_divergence + 1} "
              f"(token edit distance {distance} over {total} tokens).")

@@ -265,8 +265,8 @@ class RunStatusBar(QStatusBar):
         self.load_bar.setValue(done)
         for widget in self._run_labels:
             widget.hide()
-        for widget in (self.load_label, self.load_bar, self.cancel_load_button):
-            widget.show()
+        for part in (self.load_label, self.load_bar, self.cancel_load_button):
+            part.show()
         self.line.relayout()
 
     def end_load_progress(self) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.engine.settings import MAX_K
 from app.widgets import on_screen
+from app.widgets.run_view import RunView
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 ALPHAS = np.linspace(0.0, 1.0, 201)
@@ -98,7 +99,7 @@ def measured_from(session) -> MeasuredPoint:
 class TheoryExplorer(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._session = None
+        self._session: RunView | None = None
         self.measured = MeasuredPoint()
         self._throttle = RedrawThrottle(MIN_REDRAW_MS, self.refresh, self)
         self._build_controls()
@@ -232,7 +233,7 @@ class TheoryExplorer(QWidget):
         return marker
 
     # --- binding ----------------------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
@@ -280,11 +281,12 @@ class TheoryExplorer(QWidget):
         self.redraw()
 
     def _set_quietly(self, k: int | None, c: float | None, alpha: float | None = None) -> None:
-        for spin, value in ((self.k_spin, k), (self.c_spin, c)):
-            if value is not None:
-                spin.blockSignals(True)
-                spin.setValue(value)
-                spin.blockSignals(False)
+        if k is not None:
+            with QSignalBlocker(self.k_spin):
+                self.k_spin.setValue(k)
+        if c is not None:
+            with QSignalBlocker(self.c_spin):
+                self.c_spin.setValue(c)
         if alpha is not None:
             self.alpha_slider.blockSignals(True)
             self.alpha_slider.setValue(round(alpha * ALPHA_STEPS))
@@ -384,6 +386,7 @@ class TheoryExplorer(QWidget):
                     f"{_fmt(point.tokens_per_pass)} tokens per pass, estimated speedup {_fmt(point.speedup)}× "
                     "(tokens × one target forward / time; the race measures a real plain run).")
         best = self.optimal_k
+        assert best is not None, "α was measured, so an optimal K exists"
         best_c = self._c_for_best()
         return " ".join(part for part in [
             measured,

@@ -30,6 +30,7 @@ def test_benchmark_reports_every_method_and_identity(tiny_llama, tmp_path):
         assert len(result.repeats_tokens_per_s) == 2 and result.tokens_per_s > 0
         if name.startswith("ours:") and name != "ours:autoregressive":
             assert result.alpha is not None and result.c is not None and result.predicted > 0
+            assert result.mean_acceptance_length >= 1 and sum(result.acceptance_histogram) > 0
     assert any(message.startswith("warm-up") for message in seen)
     table = bench.markdown_table(results)
     assert table.count("\n") == len(results) + 1

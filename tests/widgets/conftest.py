@@ -45,9 +45,10 @@ def fake_window(make_window):
 def tiny_engine(tiny_llama):
     """Real engine in this process on the tiny random llama pair."""
     from app.engine.engine import LocalEngine
+    from app.engine.load_request import LoadRequest
 
     target, draft = tiny_llama
-    return LocalEngine.load(dict(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
+    return LocalEngine.load(LoadRequest(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
 
 
 @pytest.fixture

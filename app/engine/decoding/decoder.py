@@ -317,4 +317,5 @@ class SpeculativeDecoder:
                         elapsed_s=elapsed_s, stats=req.stats.snapshot(),
                         error=None if error is None else str(error),
                         error_type=None if error is None else type(error).__name__,
-                        asd=req.rules.asd.summary(req.passes, req.stats.tokens))
+                        asd=req.rules.asd.summary(req.passes, req.stats.tokens),
+                        acceptance=req.stats.acceptance_summary())
