@@ -1,0 +1,165 @@
+"""Figures for slides: any chart (one plot with its legend, or all of them) or any widget (the inspector) saved
+as PNG at twice the screen's pixels, or as SVG; the token stream as HTML. Offered from context menus.
+
+PNG: the item or widget drawn into an image of EXPORT_SCALE times its size (text and lines scaled with it, so
+the figure stays sharp on a projector). SVG: pyqtgraph's SVG exporter for charts, QSvgGenerator for widgets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyqtgraph as pg
+from pyqtgraph import exporters
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QImage, QPainter
+from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtWidgets import QFileDialog, QGraphicsItem, QMenu, QWidget
+
+EXPORT_SCALE = 2  # PNG pixels per screen pixel
+
+
+class ExportError(Exception):
+    """A figure could not be written; the message says where and what to do."""
+
+
+def save_item_png(item: QGraphicsItem, path: str | Path, scale: int = EXPORT_SCALE) -> QSize:
+    """A chart (a plot, a plot with its legend, or a whole scene's layout) as PNG at `scale` times its size."""
+    rect = item.sceneBoundingRect()
+    size = QSize(max(1, round(rect.width() * scale)), max(1, round(rect.height() * scale)))
+    image = QImage(size, QImage.Format.Format_ARGB32)
+    image.fill(_background_of(item))
+    painter = QPainter(image)
+    painter.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+    item.scene().render(painter, QRectF(0, 0, size.width(), size.height()), rect,
+                        Qt.AspectRatioMode.IgnoreAspectRatio)
+    painter.end()
+    _write(image, path)
+    return size
+
+
+def save_item_svg(item: QGraphicsItem, path: str | Path) -> None:
+    """A chart as SVG (vector: lines and text stay sharp at any size)."""
+    try:
+        exporters.SVGExporter(item).export(str(path))
+    except OSError as error:
+        raise ExportError(f"Could not write {path}: {error}. Choose a folder you can write to.") from error
+
+
+def save_widget_png(widget: QWidget, path: str | Path, scale: int = EXPORT_SCALE) -> QSize:
+    """A widget (the inspector, the stream) as PNG at `scale` times its size."""
+    size = widget.size() * scale
+    image = QImage(size, QImage.Format.Format_ARGB32)
+    image.setDevicePixelRatio(scale)
+    image.fill(widget.palette().window().color())
+    widget.render(image)
+    _write(image, path)
+    return size
+
+
+def save_widget_svg(widget: QWidget, path: str | Path) -> None:
+    generator = QSvgGenerator()
+    generator.setFileName(str(path))
+    generator.setSize(widget.size())
+    generator.setViewBox(widget.rect())
+    generator.setTitle(widget.windowTitle() or widget.objectName() or "figure")
+    painter = QPainter()
+    if not painter.begin(generator):
+        raise ExportError(f"Could not write {path}. Choose a folder you can write to.")
+    widget.render(painter)
+    painter.end()
+
+
+def save_html(html: str, path: str | Path) -> None:
+    try:
+        Path(path).write_text(html, encoding="utf-8")
+    except OSError as error:
+        raise ExportError(f"Could not write {path}: {error}. Choose a folder you can write to.") from error
+
+
+def _write(image: QImage, path: str | Path) -> None:
+    if not image.save(str(path), "PNG"):
+        raise ExportError(f"Could not write {path}. Choose a folder you can write to.")
+
+
+def _background_of(item: QGraphicsItem):
+    views = item.scene().views()
+    return views[0].backgroundBrush().color() if views else Qt.GlobalColor.white
+
+
+# --- context menus ------------------------------------------------------------------------------
+
+def _ask_path(parent: QWidget, name: str, suffix: str) -> str | None:
+    filters = {"png": "PNG image (*.png)", "svg": "SVG drawing (*.svg)", "html": "Web page (*.html)"}
+    path, _filter = QFileDialog.getSaveFileName(parent, "Save figure", f"{name}.{suffix}", filters[suffix])
+    if not path:
+        return None
+    return path if path.lower().endswith(f".{suffix}") else f"{path}.{suffix}"
+
+
+def _saving(parent: QWidget, name: str, suffix: str, save) -> None:
+    path = _ask_path(parent, name, suffix)
+    if path is None:
+        return
+    try:
+        save(path)
+    except ExportError as error:
+        _tell(parent, str(error))
+
+
+def _tell(parent: QWidget, message: str) -> None:
+    window = parent.window()
+    bar = getattr(window, "statusBar", None)
+    if callable(bar):
+        bar().showMessage(message, 10000)
+
+
+def chart_actions(menu: QMenu, view: pg.GraphicsLayoutWidget, item: QGraphicsItem, name: str) -> None:
+    """Save `item` (one chart) or the whole `view` as PNG (2×) or SVG."""
+    menu.addAction(f"Save this chart as PNG ({EXPORT_SCALE}×)…",
+                   lambda: _saving(view, name, "png", lambda path: save_item_png(item, path)))
+    menu.addAction("Save this chart as SVG…",
+                   lambda: _saving(view, name, "svg", lambda path: save_item_svg(item, path)))
+    menu.addAction(f"Save all these charts as PNG ({EXPORT_SCALE}×)…",
+                   lambda: _saving(view, "charts", "png", lambda path: save_item_png(view.ci, path)))
+
+
+def install_export_menu(view: pg.GraphicsLayoutWidget, name: str) -> None:
+    """Add the save actions to the right-click menu of every plot in `view` (plots added later: call again)."""
+    for item in view.ci.items:
+        for plot in _plots_in(item):
+            menu = plot.getViewBox().menu
+            if getattr(menu, "export_actions_added", False):
+                continue
+            menu.addSeparator()
+            cell = plot.parentItem() if isinstance(plot.parentItem(), pg.GraphicsLayout) else plot
+            title = plot.titleLabel.text or name
+            chart_actions(menu, view, cell, _file_name(title))
+            menu.export_actions_added = True
+
+
+def _plots_in(item) -> list[pg.PlotItem]:
+    if isinstance(item, pg.PlotItem):
+        return [item]
+    if isinstance(item, pg.GraphicsLayout):
+        return [plot for child in item.items for plot in _plots_in(child)]
+    return []
+
+
+def _file_name(title: str) -> str:
+    words = "".join(ch if ch.isalnum() else " " for ch in title).split()
+    return "-".join(words[:4]).lower() or "chart"
+
+
+def install_widget_export_menu(widget: QWidget, name: str) -> None:
+    """A right-click menu on `widget` (the inspector) that saves it as PNG (2×) or SVG."""
+    widget.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+
+    def show_menu(position) -> None:
+        menu = QMenu(widget)
+        menu.addAction(f"Save as PNG ({EXPORT_SCALE}×)…",
+                       lambda: _saving(widget, name, "png", lambda path: save_widget_png(widget, path)))
+        menu.addAction("Save as SVG…", lambda: _saving(widget, name, "svg", lambda path: save_widget_svg(widget, path)))
+        menu.exec(widget.mapToGlobal(position))
+
+    widget.customContextMenuRequested.connect(show_menu)
