@@ -14,7 +14,7 @@ from pyqtgraph import exporters
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QFileDialog, QGraphicsItem, QMenu, QWidget
+from PySide6.QtWidgets import QFileDialog, QGraphicsItem, QMenu, QPlainTextEdit, QTextEdit, QWidget
 
 EXPORT_SCALE = 2  # PNG pixels per screen pixel
 
@@ -163,3 +163,20 @@ def install_widget_export_menu(widget: QWidget, name: str) -> None:
         menu.exec(widget.mapToGlobal(position))
 
     widget.customContextMenuRequested.connect(show_menu)
+
+
+def install_html_export(view: QPlainTextEdit | QTextEdit, name: str) -> None:
+    """The text view's own right-click menu (copy, select all) plus: save it as HTML (its document, with every
+    token's colour and style) or as a PNG (2×) picture."""
+    view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+
+    def show_menu(position) -> None:
+        menu = view.createStandardContextMenu(position)
+        menu.addSeparator()
+        menu.addAction("Save the text as HTML…",
+                       lambda: _saving(view, name, "html", lambda path: save_html(view.document().toHtml(), path)))
+        menu.addAction(f"Save the text as PNG ({EXPORT_SCALE}×)…",
+                       lambda: _saving(view, name, "png", lambda path: save_widget_png(view, path)))
+        menu.exec(view.mapToGlobal(position))
+
+    view.customContextMenuRequested.connect(show_menu)
