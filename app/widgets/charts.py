@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -54,7 +55,7 @@ from app.widgets import on_screen
 from app.widgets.chart_export import install_export_menu, save_item_png
 from app.widgets.chart_style import font_px as _font_px
 from app.widgets.chart_style import style_plot, style_text_item, style_view
-from app.widgets.compare import PinnedRun, overlay_pen, summary_of
+from app.widgets.compare import PinnedRun, RunSummaryTable, overlay_pen, summary_of
 from app.widgets.theme import Theme, theme_hub
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
@@ -116,16 +117,30 @@ class RunCharts(QWidget):
         self.unpin_button.setToolTip("Remove the pinned runs from the charts")
         self.unpin_button.clicked.connect(self.unpin_all)
         self._enable_pin_buttons()
+        self.summary = RunSummaryTable()  # one row per finished run, for side-by-side comparison
+        self.summary.hide()
+        self.summary_button = QPushButton("Runs table")
+        self.summary_button.setCheckable(True)
+        self.summary_button.setToolTip("Show the finished runs side by side: α, acceptance rate, tokens per pass "
+                                       "against E(α, K), c, v and the estimated speedup")
+        self.summary_button.toggled.connect(self.summary.setVisible)
         bar = QHBoxLayout()
         bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
+        bar.addWidget(self.summary_button)
         bar.addWidget(self.pin_button)
         bar.addWidget(self.unpin_button)
         bar.addWidget(self.clear_button)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.scroll, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.scroll)
+        split.addWidget(self.summary)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
+        column.addWidget(split, 1)
         column.addLayout(bar)
         self.setMinimumHeight(MIN_DOCK_PX)
         install_export_menu(self.layout_widget, "charts")
@@ -230,12 +245,12 @@ class RunCharts(QWidget):
         in its colour, the names in the theme's text colour."""
         if note is not None:
             plot.legend_note = note
-        per_line = 3 if len(plot.legend_entries) + len(plot.pinned_entries) > 4 else 2
+        entries = plot.legend_entries + plot.pinned_entries
+        per_line = 3 if len(entries) > 4 and max(len(name) for _c, _g, name in entries) <= 16 else 2
         cells = [f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}'
-                 for colour, glyph, name in plot.legend_entries + plot.pinned_entries]
+                 for colour, glyph, name in entries]
         lines = ["&nbsp;&nbsp;&nbsp;".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
-        if plot.legend_note:
-            lines.append(f"<i>{html.escape(plot.legend_note)}</i>")
+        lines += [f"<i>{html.escape(part)}</i>" for part in plot.legend_note.split("\n") if part]  # one line each
         plot.legend_label.setText("<br>".join(lines), size=f"{self._theme.chart_px}px", color=self._theme.text)
         if len(self._cells) == PLOT_COUNT:  # built: a wider legend may need another arrangement
             self._reflow()
@@ -342,6 +357,7 @@ class RunCharts(QWidget):
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
         self._session = session
+        self.summary.set_session(session)
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
         session.sig_ended.connect(lambda _event: self.request_refresh())  # the final state, plot by plot
@@ -526,7 +542,7 @@ class RunCharts(QWidget):
         note = self._alpha_note()
         if hidden:
             plural = "s" if hidden > 1 else ""
-            note += (" · " if note else "") + f"{hidden} change label{plural} hidden: hover the lines"
+            note += f"\n{hidden} change label{plural} hidden: hover the lines"
         if note != self.alpha_plot.legend_note:
             self._show_legend(self.alpha_plot, note)
 
@@ -621,7 +637,7 @@ class RunCharts(QWidget):
             note = f"Slow motion ({rate:g} passes/s): the curve is the engine's compute speed"
             if stats is not None and stats.tokens_per_pass:
                 shown = min(stats.tokens_per_s, stats.tokens_per_pass * rate)
-                note += f"; about {shown:.3g} tokens/s appear on screen"
+                note += f";\nabout {shown:.3g} tokens/s appear on screen"
         if note != self.speed_plot.legend_note:
             self._show_legend(self.speed_plot, note)
 
