@@ -28,7 +28,7 @@ from app.engine.settings import AsdSettings
 from app.widgets import scrolled
 from app.widgets.chart_export import install_export_menu
 from app.widgets.chart_style import style_legend, style_plot
-from app.widgets.theme import Theme, theme_hub
+from app.widgets.theme import Theme, follow_theme, theme_hub
 
 DEFAULT_SWEEP = Path(app.__file__).resolve().parent.parent / "docs" / "asd-frontier.json"
 NO_SWEEP = ("No ASD sweep to show: {why}. Run `python -m app bench --asd --json FILE` and open it with "
@@ -108,7 +108,7 @@ class AsdTradeoffView(QWidget):
         self.show_knobs(self.knobs)
         style_plot(self.plot, self._theme)
         install_export_menu(self.plot_widget, "asd-tradeoff")
-        theme_hub().sig_changed.connect(self.apply_theme)
+        follow_theme(self, self.apply_theme)
 
     def apply_theme(self, theme: Theme) -> None:
         """The plot's background, text and marks in the theme's colours and sizes (the sweep is drawn again)."""

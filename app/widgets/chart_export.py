@@ -2,7 +2,7 @@
 as PNG at twice the screen's pixels, or as SVG; the token stream as HTML. Offered from context menus.
 
 PNG: the item or widget drawn into an image of EXPORT_SCALE times its size (text and lines scaled with it, so
-the figure stays sharp on a projector). SVG: pyqtgraph's SVG exporter for charts, QSvgGenerator for widgets.
+the figure stays sharp on a projector). SVG: drawn through QSvgGenerator.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyqtgraph as pg
-from pyqtgraph import exporters
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QFileDialog, QGraphicsItem, QMenu, QPlainTextEdit, QTextEdit, QWidget
@@ -25,7 +24,7 @@ class ExportError(Exception):
 
 def save_item_png(item: QGraphicsItem, path: str | Path, scale: int = EXPORT_SCALE) -> QSize:
     """A chart (a plot, a plot with its legend, or a whole scene's layout) as PNG at `scale` times its size."""
-    rect = item.sceneBoundingRect()
+    rect = _extent(item)
     size = QSize(max(1, round(rect.width() * scale)), max(1, round(rect.height() * scale)))
     image = QImage(size, QImage.Format.Format_ARGB32)
     image.fill(_background_of(item))
@@ -39,11 +38,14 @@ def save_item_png(item: QGraphicsItem, path: str | Path, scale: int = EXPORT_SCA
 
 
 def save_item_svg(item: QGraphicsItem, path: str | Path) -> None:
-    """A chart as SVG (vector: lines and text stay sharp at any size)."""
-    try:
-        exporters.SVGExporter(item).export(str(path))
-    except OSError as error:
-        raise ExportError(f"Could not write {path}: {error}. Choose a folder you can write to.") from error
+    """A chart as SVG (vector: lines and text stay sharp at any size). Drawn through QSvgGenerator: pyqtgraph's
+    own SVG exporter cannot read the paths Qt 6 writes."""
+    rect = _extent(item)
+    generator = _svg(path, QSize(round(rect.width()), round(rect.height())), "chart")
+    painter = _begin(generator, path)
+    painter.fillRect(QRectF(0, 0, rect.width(), rect.height()), _background_of(item))
+    item.scene().render(painter, QRectF(0, 0, rect.width(), rect.height()), rect)
+    painter.end()
 
 
 def save_widget_png(widget: QWidget, path: str | Path, scale: int = EXPORT_SCALE) -> QSize:
@@ -58,16 +60,27 @@ def save_widget_png(widget: QWidget, path: str | Path, scale: int = EXPORT_SCALE
 
 
 def save_widget_svg(widget: QWidget, path: str | Path) -> None:
+    """A widget (the inspector) as SVG."""
+    generator = _svg(path, widget.size(), widget.windowTitle() or widget.objectName() or "figure")
+    painter = _begin(generator, path)
+    widget.render(painter, QPoint())
+    painter.end()
+
+
+def _svg(path: str | Path, size: QSize, title: str) -> QSvgGenerator:
     generator = QSvgGenerator()
     generator.setFileName(str(path))
-    generator.setSize(widget.size())
-    generator.setViewBox(widget.rect())
-    generator.setTitle(widget.windowTitle() or widget.objectName() or "figure")
+    generator.setSize(size)
+    generator.setViewBox(QRect(QPoint(), size))
+    generator.setTitle(title)
+    return generator
+
+
+def _begin(generator: QSvgGenerator, path: str | Path) -> QPainter:
     painter = QPainter()
     if not painter.begin(generator):
         raise ExportError(f"Could not write {path}. Choose a folder you can write to.")
-    widget.render(painter)
-    painter.end()
+    return painter
 
 
 def save_html(html: str, path: str | Path) -> None:
@@ -80,6 +93,11 @@ def save_html(html: str, path: str | Path) -> None:
 def _write(image: QImage, path: str | Path) -> None:
     if not image.save(str(path), "PNG"):
         raise ExportError(f"Could not write {path}. Choose a folder you can write to.")
+
+
+def _extent(item: QGraphicsItem) -> QRectF:
+    """The item and everything drawn by its children (a legend's last line may reach past the cell)."""
+    return item.sceneBoundingRect().united(item.mapRectToScene(item.childrenBoundingRect()))
 
 
 def _background_of(item: QGraphicsItem):
@@ -114,28 +132,33 @@ def _tell(parent: QWidget, message: str) -> None:
         bar().showMessage(message, 10000)
 
 
-def chart_actions(menu: QMenu, view: pg.GraphicsLayoutWidget, item: QGraphicsItem, name: str) -> None:
-    """Save `item` (one chart) or the whole `view` as PNG (2×) or SVG."""
+def chart_actions(menu: QMenu, view: pg.GraphicsView, item: QGraphicsItem, name: str) -> None:
+    """Save `item` (one chart) or everything in `view` as PNG (2×) or SVG."""
+    whole = _whole(view)
     menu.addAction(f"Save this chart as PNG ({EXPORT_SCALE}×)…",
                    lambda: _saving(view, name, "png", lambda path: save_item_png(item, path)))
     menu.addAction("Save this chart as SVG…",
                    lambda: _saving(view, name, "svg", lambda path: save_item_svg(item, path)))
-    menu.addAction(f"Save all these charts as PNG ({EXPORT_SCALE}×)…",
-                   lambda: _saving(view, "charts", "png", lambda path: save_item_png(view.ci, path)))
+    if whole is not item:
+        menu.addAction(f"Save all these charts as PNG ({EXPORT_SCALE}×)…",
+                       lambda: _saving(view, "charts", "png", lambda path: save_item_png(whole, path)))
 
 
-def install_export_menu(view: pg.GraphicsLayoutWidget, name: str) -> None:
-    """Add the save actions to the right-click menu of every plot in `view` (plots added later: call again)."""
-    for item in view.ci.items:
-        for plot in _plots_in(item):
-            menu = plot.getViewBox().menu
-            if getattr(menu, "export_actions_added", False):
-                continue
-            menu.addSeparator()
-            cell = plot.parentItem() if isinstance(plot.parentItem(), pg.GraphicsLayout) else plot
-            title = plot.titleLabel.text or name
-            chart_actions(menu, view, cell, _file_name(title))
-            menu.export_actions_added = True
+def install_export_menu(view: pg.GraphicsView, name: str) -> None:
+    """Add the save actions to the right-click menu of every plot in `view` (a GraphicsLayoutWidget or a
+    PlotWidget)."""
+    for plot in _plots_in(_whole(view)):
+        menu = plot.getViewBox().menu
+        if getattr(menu, "export_actions_added", False):
+            continue
+        menu.addSeparator()
+        cell = plot.parentItem() if isinstance(plot.parentItem(), pg.GraphicsLayout) else plot
+        chart_actions(menu, view, cell if cell is not _whole(view) else plot, _file_name(plot.titleLabel.text or name))
+        menu.export_actions_added = True
+
+
+def _whole(view: pg.GraphicsView) -> QGraphicsItem:
+    return view.ci if isinstance(view, pg.GraphicsLayoutWidget) else view.getPlotItem()
 
 
 def _plots_in(item) -> list[pg.PlotItem]:

@@ -79,7 +79,9 @@ class IntegerAxis(pg.AxisItem):
 def text_colours(plot: pg.PlotItem) -> dict[str, str]:
     """The colour of each piece of a plot's text as drawn now ('#rrggbb'): title, each axis's tick text and
     label, and the plot's own legend (for the contrast test)."""
-    colours = {"title": QColor(plot.titleLabel.opts.get("color") or "#969696").name()}
+    colours = {}
+    if plot.titleLabel.text:
+        colours["title"] = QColor(plot.titleLabel.opts.get("color") or "#969696").name()
     for name in ("left", "bottom"):
         axis = plot.getAxis(name)
         if not axis.isVisible():

@@ -56,7 +56,7 @@ from app.widgets.chart_export import install_export_menu, save_item_png
 from app.widgets.chart_style import font_px as _font_px
 from app.widgets.chart_style import style_plot, style_text_item, style_view
 from app.widgets.compare import PinnedRun, RunSummaryTable, overlay_pen, summary_of
-from app.widgets.theme import Theme, theme_hub
+from app.widgets.theme import Theme, follow_theme, theme_hub
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 PLOT_COUNT = 5
@@ -144,8 +144,7 @@ class RunCharts(QWidget):
         column.addLayout(bar)
         self.setMinimumHeight(MIN_DOCK_PX)
         install_export_menu(self.layout_widget, "charts")
-        self.apply_theme(self._theme)
-        theme_hub().sig_changed.connect(self.apply_theme)
+        follow_theme(self, self.apply_theme)
 
     # --- construction -------------------------------------------------------------
     def _plot(self, title: str, y_label: str) -> pg.PlotItem:
@@ -185,6 +184,9 @@ class RunCharts(QWidget):
         self.alpha_plot.setYRange(ALPHA_BOTTOM, ALPHA_TOP, padding=0)
         self.alpha_plot.getAxis("left").setTicks(ALPHA_TICKS)  # 0.0 .. 1.0, with a 1.0 tick under the headroom
         self.alpha_plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # 0.0 and 1.0 keep their labels
+        view = self.alpha_plot.getViewBox()
+        view.sigResized.connect(lambda _view: self._stagger_labels())  # labels keep their pixel size, lines move
+        view.sigXRangeChanged.connect(lambda *_: self._stagger_labels())
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
         self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
         self.acceptance_rate = self._line(self.alpha_plot, DOTTED, "accepted / drafted",
@@ -570,6 +572,14 @@ class RunCharts(QWidget):
     def drafter_colours(self) -> dict[str, str]:
         """Each drafter's α line colour as drawn now (for tests)."""
         return {name: rolling.opts["pen"].color().name() for name, (rolling, _cum) in self.drafter_curves.items()}
+
+    def text_plots(self) -> list[pg.PlotItem]:
+        """The plots whose text the theme colours (for the contrast test)."""
+        return list(self._plots)
+
+    def change_markers(self) -> list[pg.InfiniteLine]:
+        """The α plot's change markers, each with its label (for tests)."""
+        return list(self._markers[0])
 
     def marker_count(self) -> int:
         """Change markers in each plot (for tests)."""

@@ -53,7 +53,7 @@ from app.widgets import scrolled
 from app.widgets import token_style as ts
 from app.widgets.chart_export import install_widget_export_menu
 from app.widgets.chart_style import style_plot, style_text_item
-from app.widgets.theme import Theme, theme_hub
+from app.widgets.theme import Theme, follow_theme
 from app.widgets.token_style import number_text, token_label
 from app.widgets.tree_view import APPENDED, TreeView, main_line
 
@@ -103,6 +103,7 @@ class BarChart(pg.PlotWidget):
         self.plain_title = title
         self.open_last = open_last
         self.getPlotItem().setMouseEnabled(x=False, y=False)
+        self.getPlotItem().setMenuEnabled(False)  # its right-click menu saves the figure instead
         self.getAxis("bottom").setStyle(hideOverlappingLabels=False)
         self.width_each = 0.8 / len(names)
         self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
@@ -113,8 +114,7 @@ class BarChart(pg.PlotWidget):
         self.cut_label = pg.TextItem("", anchor=(0.5, 0.0))
         self.addItem(self.cut_label, ignoreBounds=True)
         install_widget_export_menu(self, "inspector-bars")
-        self.apply_theme(theme_hub().theme)
-        theme_hub().sig_changed.connect(self.apply_theme)
+        follow_theme(self, self.apply_theme)
 
     def apply_theme(self, theme: Theme) -> None:
         self.setBackground(theme.background)

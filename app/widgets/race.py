@@ -49,7 +49,7 @@ from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
 from app.widgets import token_style as ts
 from app.widgets.chart_export import install_export_menu
 from app.widgets.chart_style import style_plot, style_view
-from app.widgets.theme import Theme, theme_hub
+from app.widgets.theme import Theme, follow_theme
 
 TICK_MS = 33
 LANE_COLOURS = {PLAIN: "#7F7F7F", SPECULATIVE: "#0072B2"}
@@ -271,8 +271,7 @@ class RaceCharts(pg.GraphicsLayoutWidget):
             for name in ("left", "bottom"):
                 plot.getAxis(name).enableAutoSIPrefix(False)  # no "(x0.001)" appended to a short axis label
         install_export_menu(self, "race")
-        self.apply_theme(theme_hub().theme)
-        theme_hub().sig_changed.connect(self.apply_theme)
+        follow_theme(self, self.apply_theme)
         self.reset()
 
     def apply_theme(self, theme: Theme) -> None:

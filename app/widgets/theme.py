@@ -19,6 +19,7 @@ colour follows the drafter's name, never its order in a run.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
@@ -155,3 +156,25 @@ def theme_hub() -> ThemeHub:
 
 def current_theme() -> Theme:
     return theme_hub().theme
+
+
+def follow_theme(owner: QObject, apply: Callable[[Theme], None]) -> None:
+    """Call `apply` with the current theme now and whenever it changes, until `owner` is destroyed or its
+    graphics are gone (a closed pyqtgraph view clears its scene: its plots can no longer be styled)."""
+    hub = theme_hub()
+    apply(hub.theme)
+
+    def restyle(theme: Theme) -> None:
+        try:
+            apply(theme)
+        except RuntimeError:  # "Internal C++ object already deleted": the view was closed
+            _disconnect(restyle)
+
+    def _disconnect(slot) -> None:
+        try:
+            hub.sig_changed.disconnect(slot)
+        except (RuntimeError, TypeError):  # already disconnected
+            pass
+
+    hub.sig_changed.connect(restyle)
+    owner.destroyed.connect(lambda *_: _disconnect(restyle))

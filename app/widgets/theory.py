@@ -44,7 +44,7 @@ from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_spee
 from app.widgets import on_screen
 from app.widgets.chart_export import install_export_menu
 from app.widgets.chart_style import IntegerAxis, style_plot, style_text_item, style_view
-from app.widgets.theme import Theme, theme_hub
+from app.widgets.theme import Theme, follow_theme
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 ALPHAS = np.linspace(0.0, 1.0, 201)
@@ -112,8 +112,7 @@ class TheoryExplorer(QWidget):
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._columns = 0
         self._layout()
-        self.apply_theme(theme_hub().theme)
-        theme_hub().sig_changed.connect(self.apply_theme)
+        follow_theme(self, self.apply_theme)
         install_export_menu(self.plots, "theory")
         self.redraw()
 
