@@ -43,10 +43,12 @@ from PySide6.QtWidgets import (
     QGraphicsItem,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QScrollArea,
     QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -56,7 +58,7 @@ from app.widgets.chart_export import install_export_menu, save_item_png
 from app.widgets.chart_style import font_px as _font_px
 from app.widgets.chart_style import style_plot, style_text_item, style_view
 from app.widgets.compare import PinnedRun, RunSummaryTable, overlay_pen, summary_of
-from app.widgets.theme import Theme, follow_theme, theme_hub
+from app.widgets.theme import NORMAL, Theme, follow_theme, theme_hub
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 PLOT_COUNT = 5
@@ -73,6 +75,7 @@ ALPHA_TOP = 1.08  # the α axis: 0 .. 1 with room above 1.0 so lines near 1 do n
 ALPHA_TICKS = [[(v / 5, f"{v / 5:.1f}") for v in range(6)]]
 LABEL_ROWS = 3  # change labels are staggered on up to this many rows, from the top of the α plot down
 ALPHA_BOTTOM = -0.03  # a little room under 0 so the 0.0 tick has its label
+LEGEND_LINE_CHARS = 30  # a legend line holds entries up to about this many characters
 LABEL_CHARS = 26  # a change label longer than this is elided (its line's tooltip has it whole)
 GAUGE_PX = 120  # the ASD budget bar (its figures are in words beside it)
 # Line glyphs of the legends, one per pen style
@@ -110,27 +113,14 @@ class RunCharts(QWidget):
         self._build_gauge()
         self.clear_button = QPushButton("Clear charts")
         self.clear_button.clicked.connect(self.clear)
-        self.pin_button = QPushButton("Pin this run")
-        self.pin_button.setToolTip("Keep this run on the charts, faded, to compare the next runs with it")
-        self.pin_button.clicked.connect(self.pin_current)
-        self.unpin_button = QPushButton("Unpin all")
-        self.unpin_button.setToolTip("Remove the pinned runs from the charts")
-        self.unpin_button.clicked.connect(self.unpin_all)
-        self._enable_pin_buttons()
         self.summary = RunSummaryTable()  # one row per finished run, for side-by-side comparison
         self.summary.hide()
-        self.summary_button = QPushButton("Runs table")
-        self.summary_button.setCheckable(True)
-        self.summary_button.setToolTip("Show the finished runs side by side: α, acceptance rate, tokens per pass "
-                                       "against E(α, K), c, v and the estimated speedup")
-        self.summary_button.toggled.connect(self.summary.setVisible)
+        self.compare_button = self._build_compare_menu()
         bar = QHBoxLayout()
         bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
-        bar.addWidget(self.summary_button)
-        bar.addWidget(self.pin_button)
-        bar.addWidget(self.unpin_button)
+        bar.addWidget(self.compare_button)
         bar.addWidget(self.clear_button)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
@@ -225,6 +215,23 @@ class RunCharts(QWidget):
         for plot in self._plots:
             self._show_legend(plot)
 
+    def _build_compare_menu(self) -> QToolButton:
+        """One small button (the bar stays narrow): pin this run, unpin all, show the table of runs."""
+        menu = QMenu(self)
+        self.pin_action = menu.addAction("Pin this run (keep it faded under the next runs)", self.pin_current)
+        self.unpin_action = menu.addAction("Unpin all", self.unpin_all)
+        self.summary_action = menu.addAction("Show the table of runs")
+        self.summary_action.setCheckable(True)
+        self.summary_action.toggled.connect(self.summary.setVisible)
+        button = QToolButton()
+        button.setText("Compare runs")
+        button.setToolTip("Pin runs to the charts and show finished runs side by side: α, acceptance rate, tokens "
+                          "per pass against E(α, K), c, v and the estimated speedup")
+        button.setMenu(menu)
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.unpin_action.setEnabled(False)
+        return button
+
     def _build_gauge(self) -> None:
         """ASD budget left of B as a bar, its figures and the exceptions (and, once spent, strict greedy) in words
         beside it: no text in the bar, where it would run over the fill or be clipped."""
@@ -248,10 +255,15 @@ class RunCharts(QWidget):
         if note is not None:
             plot.legend_note = note
         entries = plot.legend_entries + plot.pinned_entries
-        per_line = 3 if len(entries) > 4 and max(len(name) for _c, _g, name in entries) <= 16 else 2
-        cells = [f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}'
-                 for colour, glyph, name in entries]
-        lines = ["&nbsp;&nbsp;&nbsp;".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
+        lines, line, used = [], [], 0
+        for colour, glyph, name in entries:  # packed by length, so no legend line widens the grid
+            if line and used + len(name) > LEGEND_LINE_CHARS:
+                lines.append("&nbsp;&nbsp;&nbsp;".join(line))
+                line, used = [], 0
+            line.append(f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}')
+            used += len(name) + 4
+        if line:
+            lines.append("&nbsp;&nbsp;&nbsp;".join(line))
         lines += [f"<i>{html.escape(part)}</i>" for part in plot.legend_note.split("\n") if part]  # one line each
         plot.legend_label.setText("<br>".join(lines), size=f"{self._theme.chart_px}px", color=self._theme.text)
         if len(self._cells) == PLOT_COUNT:  # built: a wider legend may need another arrangement
@@ -265,7 +277,7 @@ class RunCharts(QWidget):
     def apply_theme(self, theme: Theme) -> None:
         """Background, titles, axes, ticks and legends in the theme's colours and sizes (normal or presentation)."""
         self._theme = theme
-        self._text_scale = theme.chart_px / 13
+        self._text_scale = theme.chart_px / NORMAL.chart_px
         style_view(self.layout_widget, theme)
         for plot in self._plots:
             style_plot(plot, theme, plot.plain_title)
@@ -354,7 +366,7 @@ class RunCharts(QWidget):
         return [self.layout_widget.ci.items[cell][0] for cell in self._cells]
 
     def _alpha_note(self) -> str:
-        return "per drafter: thin rolling (16 passes), heavy dashed cumulative" if self.drafter_curves else ""
+        return "per drafter: thin = rolling (16 passes),\nheavy dashed = cumulative" if self.drafter_curves else ""
 
     # --- binding ------------------------------------------------------------------
     def set_session(self, session) -> None:
@@ -709,7 +721,7 @@ class RunCharts(QWidget):
         return sum(1 for _run, lines in self._pinned for line in lines if line.getViewBox() is plot.getViewBox())
 
     def _enable_pin_buttons(self) -> None:
-        self.unpin_button.setEnabled(bool(self._pinned))
+        self.unpin_action.setEnabled(bool(self._pinned))
 
     def point_counts(self) -> dict[str, int]:
         """Points drawn per curve (for tests and diagnostics); past MAX_BARS passes, bars count bins."""

@@ -66,10 +66,10 @@ class Theme:
         return drafter_colour(name, self.dark)
 
 
-NORMAL = Theme("normal", background="#FFFFFF", text="#1F1F1F", grid_alpha=0.25, chart_px=13, title_px=14,
+NORMAL = Theme("normal", background="#FFFFFF", text="#1F1F1F", grid_alpha=0.25, chart_px=12, title_px=13,
                stream_px=14, line_px=2.0)
-NORMAL_DARK = Theme("normal dark", background="#1E1E1E", text="#E6E6E6", grid_alpha=0.3, chart_px=13,
-                    title_px=14, stream_px=14, line_px=2.0, dark=True)
+NORMAL_DARK = Theme("normal dark", background="#1E1E1E", text="#E6E6E6", grid_alpha=0.3, chart_px=12,
+                    title_px=13, stream_px=14, line_px=2.0, dark=True)
 PRESENTATION = Theme("presentation", background="#FFFFFF", text="#000000", grid_alpha=0.35, chart_px=18,
                      title_px=22, stream_px=22, line_px=3.5, presentation=True)
 PRESENTATION_DARK = Theme("presentation dark", background="#000000", text="#FFFFFF", grid_alpha=0.4, chart_px=18,

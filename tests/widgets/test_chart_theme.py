@@ -40,10 +40,8 @@ PRESENTATION_TEXT_PX = 16
 
 @pytest.fixture
 def hub():
-    """The application's theme hub, back to normal mode after the test."""
-    yield theme_hub()
-    theme_hub().set_presentation(False)
-    theme_hub().set_text_scale(1.0)
+    """The application's theme hub (back to normal after each test: tests/widgets/conftest.py)."""
+    return theme_hub()
 
 
 def fake_run(drafters_by_pass: list[str], session: Session | None = None) -> Session:
