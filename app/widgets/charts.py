@@ -224,7 +224,7 @@ class RunCharts(QWidget):
         self.summary_action.setCheckable(True)
         self.summary_action.toggled.connect(self.summary.setVisible)
         button = QToolButton()
-        button.setText("Compare runs")
+        button.setText("Compare")
         button.setToolTip("Pin runs to the charts and show finished runs side by side: α, acceptance rate, tokens "
                           "per pass against E(α, K), c, v and the estimated speedup")
         button.setMenu(menu)
