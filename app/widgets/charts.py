@@ -175,7 +175,7 @@ class RunCharts(QWidget):
         self.alpha_plot.getAxis("left").setTicks(ALPHA_TICKS)  # 0.0 .. 1.0, with a 1.0 tick under the headroom
         self.alpha_plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # 0.0 and 1.0 keep their labels
         view = self.alpha_plot.getViewBox()
-        view.sigResized.connect(lambda _view: self._stagger_labels())  # labels keep their pixel size, lines move
+        view.sigResized.connect(lambda _view: self._fit_alpha_axis())  # labels keep their pixel size, lines move
         view.sigXRangeChanged.connect(lambda *_: self._stagger_labels())
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
         self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
@@ -531,6 +531,17 @@ class RunCharts(QWidget):
             markers.append(marker)
         if index == 0:
             self._stagger_labels()
+
+    def _fit_alpha_axis(self) -> None:
+        """0 .. 1 with room for the 0.0 and 1.0 tick labels at any plot height (the axis clips a label that
+        reaches past the plot), and ALPHA_TOP at least above 1.0; then the change labels are laid out again."""
+        height = max(self.alpha_plot.getViewBox().height(), 1.0)
+        half_label = (self._theme.chart_px / 2 + 2) / height  # of the plot's height
+        bottom = min(ALPHA_BOTTOM, -1.2 * half_label)
+        top = max(ALPHA_TOP, 1.0 + 1.2 * half_label)
+        if (bottom, top) != tuple(self.alpha_plot.viewRange()[1]):
+            self.alpha_plot.setYRange(bottom, top, padding=0)
+        self._stagger_labels()
 
     def _stagger_labels(self) -> None:
         """Put each change label on the highest row where it clears the label before it; a label that fits on

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.theme import Theme
+from app.widgets.theme import Theme, follow_theme
 
 OVERLAY_OPACITY = 0.45  # a pinned run's lines: faded, under the live run's
 
@@ -133,6 +133,15 @@ class RunSummaryTable(QWidget):
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.table, 1)
         column.addLayout(buttons)
+        follow_theme(self, self.apply_theme)
+
+    def apply_theme(self, theme: Theme) -> None:
+        """The table's text at the charts' size (large in presentation mode)."""
+        font = self.table.font()
+        font.setPixelSize(theme.chart_px)
+        self.table.setFont(font)
+        self.table.horizontalHeader().setFont(font)
+        self.table.verticalHeader().setDefaultSectionSize(round(theme.chart_px * 1.8))
 
     def set_session(self, session) -> None:
         """Add a row at the end of each of the session's runs that made at least one pass."""
