@@ -101,6 +101,8 @@ class RunCharts(QWidget):
         self._pinned: list[tuple[PinnedRun, list[pg.PlotDataItem]]] = []  # earlier runs drawn faded
         self._cells: list[pg.GraphicsLayout] = []  # each plot with its legend, in reading order
         self.columns = MAX_COLUMNS  # plots to a row, as laid out now
+        self._focus: int | None = None  # one plot shown alone, large (presentation mode), or None for all
+        self._laid_out: tuple = (MAX_COLUMNS, None)  # the arrangement in the grid now: (columns, focus)
         self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.scroll = QScrollArea()
@@ -314,7 +316,8 @@ class RunCharts(QWidget):
         """The smallest size of the grid with `columns` plots to a row: every plot and legend at its minimum
         size, with the grid's spacing and margins, and MIN_ROW_PX (scaled) a row at least."""
         grid = self.layout_widget.ci.layout
-        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._cells]
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._laid()]
+        columns = min(columns, len(minimum))
         rows = -(-len(minimum) // columns)
         widths = [max(size.width() for size in minimum[col::columns]) for col in range(columns)]
         heights = [max(size.height() for size in minimum[row * columns:(row + 1) * columns]) for row in range(rows)]
@@ -330,7 +333,7 @@ class RunCharts(QWidget):
         grid is taller than the area (one when not even one fits: then the area scrolls sideways)."""
         room = self.scroll.contentsRect().size()
         bar = self.scroll.verticalScrollBar().sizeHint().width()
-        for columns in range(MAX_COLUMNS, 1, -1):
+        for columns in range(min(MAX_COLUMNS, len(self._laid())), 1, -1):
             need = self.grid_minimum(columns)
             if need.width() <= room.width() - (bar if need.height() > room.height() else 0):
                 return columns
@@ -340,14 +343,18 @@ class RunCharts(QWidget):
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""
         columns = self._fitting_columns()
-        if columns != self.columns:
+        if (columns, self._focus) != self._laid_out:
             self.columns = columns
+            self._laid_out = (columns, self._focus)
             layout = self.layout_widget.ci
             grid = layout.layout
-            for cell in self._cells:
+            for cell in list(layout.items):
                 grid.removeAt(next(i for i in range(grid.count()) if grid.itemAt(i) is cell))
             layout.rows, layout.items = {}, {}
-            for index, cell in enumerate(self._cells):
+            laid = self._laid()
+            for cell in self._cells:
+                cell.setVisible(cell in laid)
+            for index, cell in enumerate(laid):
                 row, col = divmod(index, columns)
                 grid.addItem(cell, row, col)
                 layout.rows.setdefault(row, {})[col] = cell
@@ -355,6 +362,25 @@ class RunCharts(QWidget):
         minimum = self.grid_minimum(self.columns)
         if minimum != self.layout_widget.minimumSize():
             self.layout_widget.setMinimumSize(minimum)
+
+    def _laid(self) -> list[pg.GraphicsLayout]:
+        """The cells in the grid: all of them, or the focused plot alone."""
+        return self._cells if self._focus is None else [self._cells[self._focus]]
+
+    def focus_plot(self, index: int | None) -> None:
+        """Show plot `index` (0 α, 1 tokens per pass, 2 ASD ledger, 3 throughput, 4 speedup) alone, filling the
+        charts (presentation mode: one large chart at a time); None shows them all again."""
+        self._focus = None if index is None else index % PLOT_COUNT
+        self._reflow()
+        self.refresh()
+
+    @property
+    def focused_plot(self) -> int | None:
+        return self._focus
+
+    def plot_titles(self) -> list[str]:
+        """The plots' titles in reading order (the index `focus_plot` takes)."""
+        return [plot.plain_title for plot in self._plots]
 
     def cell_rects(self) -> list[QRect]:
         """Each plot with its title, axes and legend, in the grid widget's pixels (for layout tests)."""

@@ -247,3 +247,36 @@ def test_the_inspector_exports_as_png_and_svg_and_the_stream_as_html(qtbot, hub,
     save_html(view.document().toHtml(), tmp_path / "stream.html")
     text = (tmp_path / "stream.html").read_text(encoding="utf-8")
     assert "<html" in text and ts.LOOKS[ts.ACCEPTED].light in text.lower()  # the tokens keep their colours
+
+
+def test_one_chart_can_fill_the_charts_alone_and_all_come_back(qtbot, hub):
+    charts = RunCharts()
+    qtbot.addWidget(charts)
+    charts.resize(1400, 800)
+    charts.show()
+    charts.set_session(fake_run(["draft-model"] * 10))
+    QApplication.processEvents()
+    everything = charts.cell_rects()
+    charts.focus_plot(3)
+    QApplication.processEvents()
+    assert charts.plot_titles()[3].startswith("Throughput")
+    shown = [cell.isVisible() for cell in charts.layout_widget.ci.items]
+    assert shown == [True] and charts.speed_plot.isVisible() and not charts.alpha_plot.isVisible()
+    alone = charts.cell_rects()[3]
+    assert alone.width() > 2 * everything[3].width() and alone.height() > 2 * everything[3].height()
+    charts.focus_plot(None)
+    QApplication.processEvents()
+    assert len(charts.layout_widget.ci.items) == 5 and all(plot.isVisible() for plot in charts.text_plots())
+
+
+def test_an_empty_race_shows_no_negative_axes_and_no_scale_factor(qtbot, hub):
+    race = RaceCharts()
+    qtbot.addWidget(race)
+    race.resize(800, 300)
+    race.show()
+    QApplication.processEvents()
+    for plot in (race.progress, race.timing):
+        (x0, _x1), (y0, _y1) = plot.viewRange()
+        assert x0 >= 0 and y0 >= 0
+        for name in ("left", "bottom"):
+            assert "x0" not in plot.getAxis(name).labelString()  # no "(x0.001)" beside the unit
