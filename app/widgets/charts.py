@@ -37,6 +37,7 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
+import shiboken6
 from PySide6.QtCore import QEvent, QObject, QRect, QRectF, QSize, Qt
 from PySide6.QtWidgets import (
     QFrame,
@@ -177,8 +178,8 @@ class RunCharts(QWidget):
         self.alpha_plot.getAxis("left").setTicks(ALPHA_TICKS)  # 0.0 .. 1.0, with a 1.0 tick under the headroom
         self.alpha_plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # 0.0 and 1.0 keep their labels
         view = self.alpha_plot.getViewBox()
-        view.sigResized.connect(lambda _view: self._fit_alpha_axis())  # labels keep their pixel size, lines move
-        view.sigXRangeChanged.connect(lambda *_: self._stagger_labels())
+        view.sigResized.connect(lambda _view: self._while_alive(self._fit_alpha_axis))  # labels keep their size
+        view.sigXRangeChanged.connect(lambda *_: self._while_alive(self._stagger_labels))
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
         self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
         self.acceptance_rate = self._line(self.alpha_plot, DOTTED, "accepted / drafted",
@@ -557,6 +558,11 @@ class RunCharts(QWidget):
             markers.append(marker)
         if index == 0:
             self._stagger_labels()
+
+    def _while_alive(self, act) -> None:
+        """Run `act` unless the widget is being taken down (its plots can outlive its scroll area by a moment)."""
+        if shiboken6.isValid(self) and shiboken6.isValid(self.scroll):
+            act()
 
     def _fit_alpha_axis(self) -> None:
         """0 .. 1 with room for the 0.0 and 1.0 tick labels at any plot height (the axis clips a label that

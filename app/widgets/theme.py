@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import shiboken6
 from PySide6.QtCore import QObject, Signal
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with the common colour-vision deficiencies.
@@ -163,18 +164,23 @@ def follow_theme(owner: QObject, apply: Callable[[Theme], None]) -> None:
     graphics are gone (a closed pyqtgraph view clears its scene: its plots can no longer be styled)."""
     hub = theme_hub()
     apply(hub.theme)
+    following = [True]
+
+    def stop() -> None:
+        if following[0]:
+            following[0] = False
+            hub.sig_changed.disconnect(restyle)
 
     def restyle(theme: Theme) -> None:
+        if not following[0]:
+            return
+        if not shiboken6.isValid(owner):  # deleted on the C++ side, its Python wrapper still about
+            stop()
+            return
         try:
             apply(theme)
-        except RuntimeError:  # "Internal C++ object already deleted": the view was closed
-            _disconnect(restyle)
-
-    def _disconnect(slot) -> None:
-        try:
-            hub.sig_changed.disconnect(slot)
-        except (RuntimeError, TypeError):  # already disconnected
-            pass
+        except RuntimeError:  # "Internal C++ object already deleted": a part of the view was closed
+            stop()
 
     hub.sig_changed.connect(restyle)
-    owner.destroyed.connect(lambda *_: _disconnect(restyle))
+    owner.destroyed.connect(lambda *_: stop())
