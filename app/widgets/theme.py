@@ -169,7 +169,8 @@ def follow_theme(owner: QObject, apply: Callable[[Theme], None]) -> None:
     def stop() -> None:
         if following[0]:
             following[0] = False
-            hub.sig_changed.disconnect(restyle)
+            if shiboken6.isValid(hub):  # at exit the hub may go first
+                hub.sig_changed.disconnect(restyle)
 
     def restyle(theme: Theme) -> None:
         if not following[0]:
