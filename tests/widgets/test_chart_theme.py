@@ -280,3 +280,20 @@ def test_an_empty_race_shows_no_negative_axes_and_no_scale_factor(qtbot, hub):
         assert x0 >= 0 and y0 >= 0
         for name in ("left", "bottom"):
             assert "x0" not in plot.getAxis(name).labelString()  # no "(x0.001)" beside the unit
+
+
+def test_the_residuals_others_bar_does_not_set_the_range_and_a_one_hot_q_is_not_clipped(qtbot, hub):
+    from app.widgets.inspector import BarChart
+
+    nan = float("nan")
+    chart = BarChart("residual", ("p", "q", "residual"), ("#0072B2", "#E69F00", "#009E73"), open_last=True)
+    qtbot.addWidget(chart)
+    chart.show_bars(["a", "b", "others"], {"p": [0.2, 0.1, nan], "q": [nan, nan, nan],
+                                            "residual": [0.1, 0.05, 0.85]}, None)
+    top = chart.viewRange()[1][1]
+    assert 0.2 < top < 0.85  # the tokens' bars fill the plot; "others" is cut at the top
+    assert chart.cut_label.isVisible() and chart.cut_label.toPlainText() == "0.85 ↑"
+    chart.show_bars(["a", "b", "others"], {"p": [0.2, 0.1, nan], "q": [1.0, 0.0, nan],
+                                            "residual": [0.1, 0.05, 0.85]}, None)
+    assert chart.viewRange()[1][1] >= 1.1  # the one-hot q bar whole, with headroom
+    assert not chart.cut_label.isVisible()
