@@ -27,7 +27,7 @@ from app.widgets.chart_export import (
 from app.widgets.chart_style import IntegerAxis, background_colour, text_colours
 from app.widgets.charts import RunCharts
 from app.widgets.compare import RunSummaryTable
-from app.widgets.inspector import PassInspector
+from app.widgets.inspector import BarChart, PassInspector
 from app.widgets.race import RaceCharts
 from app.widgets.theme import OKABE_ITO, contrast_ratio, drafter_colour, theme_hub
 from app.widgets.theory import TheoryExplorer
@@ -283,8 +283,6 @@ def test_an_empty_race_shows_no_negative_axes_and_no_scale_factor(qtbot, hub):
 
 
 def test_the_residuals_others_bar_does_not_set_the_range_and_a_one_hot_q_is_not_clipped(qtbot, hub):
-    from app.widgets.inspector import BarChart
-
     nan = float("nan")
     chart = BarChart("residual", ("p", "q", "residual"), ("#0072B2", "#E69F00", "#009E73"), open_last=True)
     qtbot.addWidget(chart)
