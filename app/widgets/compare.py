@@ -5,7 +5,8 @@ events' `RunningStats`, docs/ALGORITHMS.md §6-§7) or a column the session alre
 α = accepted / (accepted + passes that ended in a rejection); acceptance rate = accepted / drafted;
 E(α, K) = (1 - α^(K+1)) / (1 - α) averaged over the passes' own K; c = draft time per drafted token over
 one target forward; v = verify forward over one target forward; estimated speedup = tokens · t_T / time.
-The mean acceptance length (accepted drafts per pass) is shown when the engine's statistics carry it.
+The mean acceptance length 1 + accepted / drafting passes (vLLM's and SGLang's figure) is read from the end
+event's acceptance summary when the engine reports one, else shown as "—".
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ OVERLAY_OPACITY = 0.45  # a pinned run's lines: faded, under the live run's
 SUMMARY_FIELDS = (
     ("α", "alpha", "{:.3f}", "accepted / (accepted + passes that ended in a rejection): the α of E(α, K)"),
     ("acceptance rate", "acceptance_rate", "{:.3f}", "accepted / drafted"),
-    ("mean acceptance length", "mean_acceptance_length", "{:.2f}", "accepted drafts per pass"),
+    ("mean acceptance length", "mean_acceptance_length", "{:.2f}",
+     "1 + accepted / drafting passes (counts the bonus or correction token), as vLLM and SGLang report it"),
     ("tokens / pass", "tokens_per_pass", "{:.2f}", "tokens committed per pass, measured"),
     ("E(α, K)", "expected_tokens_per_pass", "{:.2f}", "tokens per pass the i.i.d. theory predicts"),
     ("c", "c", "{:.3f}", "draft time per drafted token over one target forward"),
@@ -54,6 +56,7 @@ class RunSummary:
     label: str
     drafter: str | None  # the drafter that ran most passes (its colour marks the run)
     stats: object  # the engine's RunningStats at the run's end
+    acceptance: object | None  # the end event's acceptance summary, when the engine reports one
     passes: np.ndarray  # (P,) pass index
     alpha_by_drafter: dict[str, tuple[np.ndarray, np.ndarray]]  # drafter -> (passes, cumulative α)
     alpha: np.ndarray  # (P,) cumulative α, all drafters
@@ -62,7 +65,10 @@ class RunSummary:
     speedup: np.ndarray  # (P,) estimated speedup
 
     def value(self, field: str) -> float | None:
+        """A figure of the engine's: from its running statistics, else from its end-of-run acceptance summary."""
         value = getattr(self.stats, field, None)
+        if value is None and self.acceptance is not None:
+            value = getattr(self.acceptance, field, None)
         return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
@@ -77,6 +83,7 @@ def summary_of(session, number: int) -> RunSummary | None:
                   for name, d in session.by_drafter.items()}
     return RunSummary(
         label=_label(session, number, drafter), drafter=drafter, stats=session.stats,
+        acceptance=getattr(session.end, "acceptance", None),
         passes=series["pass"].copy(), alpha_by_drafter=by_drafter, alpha=series["alpha_cum"].copy(),
         tokens_per_pass=np.array([p.stats.tokens_per_pass for p in session.passes], dtype=float),
         tokens_per_s=series["tokens_per_s"].copy(), speedup=series["speedup_estimated"].copy())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -113,9 +114,9 @@ class ThemeHub(QObject):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._presentation = False
-        self._dark = False
+        self._dark = _desktop_is_dark()
         self._scale = 1.0
-        self.theme = NORMAL
+        self.theme = theme_for(False, self._dark)
 
     def set_presentation(self, on: bool) -> None:
         """Presentation mode (high contrast, large chart text) on or off."""
@@ -142,6 +143,12 @@ class ThemeHub(QObject):
         if scaled != self.theme:
             self.theme = scaled
             self.sig_changed.emit(scaled)
+
+
+def _desktop_is_dark() -> bool:
+    """The charts follow a dark desktop palette (as the token colours do: app/widgets/token_style.py)."""
+    app = QGuiApplication.instance()
+    return isinstance(app, QGuiApplication) and app.palette().color(QPalette.ColorRole.Base).lightness() < 128
 
 
 _HUB: ThemeHub | None = None
