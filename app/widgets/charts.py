@@ -82,8 +82,6 @@ GAUGE_PX = 120  # the ASD budget bar (its figures are in words beside it)
 # Line glyphs of the legends, one per pen style
 SOLID, DASHED, DOTTED, CROSS = "━━", "╍╍", "┈┈", "✕"
 
-OVERALL_COLOUR = "#5A5A5A"  # the all-drafters α: a dark grey, apart from every drafter's hue
-MARKER_COLOUR = "#B34700"  # change markers and their labels: a darker vermillion, 4.5:1 on white
 
 
 class RunCharts(QWidget):
@@ -181,9 +179,10 @@ class RunCharts(QWidget):
         view.sigResized.connect(lambda _view: self._while_alive(self._fit_alpha_axis))  # labels keep their size
         view.sigXRangeChanged.connect(lambda *_: self._while_alive(self._stagger_labels))
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
-        self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
+        overall = self._theme.overall
+        self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(overall, width=2))
         self.acceptance_rate = self._line(self.alpha_plot, DOTTED, "accepted / drafted",
-                                          pen=pg.mkPen(OVERALL_COLOUR, width=1, style=Qt.PenStyle.DotLine))
+                                          pen=pg.mkPen(overall, width=1, style=Qt.PenStyle.DotLine))
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
         self.tokens_plot = self._plot("Tokens per pass vs E(α, K)", "tokens")
@@ -282,12 +281,12 @@ class RunCharts(QWidget):
         self._theme = theme
         self._text_scale = theme.chart_px / NORMAL.chart_px
         style_view(self.layout_widget, theme)
+        self._restyle_lines(theme)
         for plot in self._plots:
             style_plot(plot, theme, plot.plain_title)
             plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * max(1.0, self._text_scale)))
             self._show_legend(plot)
         style_text_item(self.ledger_note, theme)
-        self._restyle_lines(theme)
         for index, markers in enumerate(self._markers):
             for marker in markers:
                 self._plots[index].removeItem(marker)
@@ -299,7 +298,10 @@ class RunCharts(QWidget):
     def _restyle_lines(self, theme: Theme) -> None:
         """Line widths follow the theme (thicker on a projector); a drafter's α lines keep its colour."""
         width = theme.line_px
-        self.overall_alpha.setPen(pg.mkPen(OVERALL_COLOUR, width=width))
+        self.overall_alpha.setPen(pg.mkPen(theme.overall, width=width))
+        self.acceptance_rate.setPen(pg.mkPen(theme.overall, width=1, style=Qt.PenStyle.DotLine))
+        self.alpha_plot.legend_entries[:2] = [(theme.overall, SOLID, "α, all"), (theme.overall, DOTTED,
+                                                                                  "accepted / drafted")]
         for curve in (self.tokens_per_s, self.speedup_estimated, self.ledger_spent):
             pen = curve.opts["pen"]
             curve.setPen(pg.mkPen(pg.mkPen(pen).color(), width=width))
@@ -548,8 +550,8 @@ class RunCharts(QWidget):
         for change in changes[len(markers):]:
             label = _elide(change.text, LABEL_CHARS) if index == 0 else None
             marker = pg.InfiniteLine(change.index - 0.5, angle=90, movable=False, label=label,
-                                     pen=pg.mkPen(MARKER_COLOUR, width=1, style=Qt.PenStyle.DashDotLine),
-                                     labelOpts={"position": 0.98, "color": MARKER_COLOUR,
+                                     pen=pg.mkPen(self._theme.marker, width=1, style=Qt.PenStyle.DashDotLine),
+                                     labelOpts={"position": 0.98, "color": self._theme.marker,
                                                 "anchors": [(0, 0), (0, 0)]})
             if label is not None:
                 marker.label.setFont(_font_px(self._theme.chart_px))

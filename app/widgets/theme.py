@@ -6,6 +6,7 @@ current `Theme` from `theme_hub()` and restyles itself when
 
     background, text        the chart's background and every piece of its text
                             (title, axis labels, ticks, legend); contrast >= 4.5:1 (WCAG AA)
+    marker, overall         change markers with their labels, and the all-drafters α line
     chart_px, title_px      chart text and chart title sizes in pixels
     stream_px               the token stream's text size in pixels
     line_px                 width of the main curves
@@ -63,6 +64,8 @@ class Theme:
     line_px: float
     dark: bool = False
     presentation: bool = False
+    marker: str = "#B34700"  # change markers and their labels (text: 4.5:1 on the background)
+    overall: str = "#5A5A5A"  # the all-drafters α line, apart from every drafter's hue
 
     def drafter_colour(self, name: str | None) -> str:
         return drafter_colour(name, self.dark)
@@ -71,11 +74,12 @@ class Theme:
 NORMAL = Theme("normal", background="#FFFFFF", text="#1F1F1F", grid_alpha=0.25, chart_px=12, title_px=13,
                stream_px=14, line_px=2.0)
 NORMAL_DARK = Theme("normal dark", background="#1E1E1E", text="#E6E6E6", grid_alpha=0.3, chart_px=12,
-                    title_px=13, stream_px=14, line_px=2.0, dark=True)
+                    title_px=13, stream_px=14, line_px=2.0, dark=True, marker="#F0A060", overall="#B0B0B0")
 PRESENTATION = Theme("presentation", background="#FFFFFF", text="#000000", grid_alpha=0.35, chart_px=18,
                      title_px=22, stream_px=22, line_px=3.5, presentation=True)
 PRESENTATION_DARK = Theme("presentation dark", background="#000000", text="#FFFFFF", grid_alpha=0.4, chart_px=18,
-                          title_px=22, stream_px=22, line_px=3.5, dark=True, presentation=True)
+                          title_px=22, stream_px=22, line_px=3.5, dark=True, presentation=True, marker="#F0A060",
+                          overall="#B0B0B0")
 
 
 def theme_for(presentation: bool, dark: bool = False) -> Theme:

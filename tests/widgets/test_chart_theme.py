@@ -86,6 +86,11 @@ def test_every_chart_text_has_wcag_aa_contrast_against_its_background(qtbot, hub
                 assert ratio >= WCAG_AA, f"{plot.titleLabel.text[:40]!r} {part}: {colour} on {background} = {ratio:.2f}"
                 checked += 1
     assert checked >= 60  # titles, both axes' ticks and labels, legends of 13 plots
+    charts = keep[0]
+    labels = [marker.label for marker in charts.change_markers()]
+    assert labels  # the fake run switched drafter once
+    for label in labels:
+        assert contrast_ratio(label.color.name(), background_colour(charts.layout_widget)) >= WCAG_AA
 
 
 def test_presentation_mode_draws_chart_text_at_least_16_px(qtbot, hub):
