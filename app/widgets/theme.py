@@ -186,7 +186,8 @@ def follow_theme(owner: QObject, apply: Callable[[Theme], None]) -> None:
     def restyle(theme: Theme) -> None:
         if not following[0]:
             return
-        if not shiboken6.isValid(owner):  # deleted on the C++ side, its Python wrapper still about
+        # Deleted on the C++ side (its Python wrapper still about), or a pyqtgraph view closed (its plot gone).
+        if not shiboken6.isValid(owner) or getattr(owner, "closed", False):
             stop()
             return
         try:
