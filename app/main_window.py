@@ -260,6 +260,7 @@ class MainWindow(QMainWindow):
         self.runs.sig_load_progress.connect(self.status.show_load_progress)
         self.status.sig_cancel_load.connect(self.cancel_load)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
+        self.speed.sig_interval_changed.connect(self.charts.set_pass_interval)  # Throughput says it is compute speed
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
         self.acceptance_dock.visibilityChanged.connect(self.acceptance_view.on_visibility_changed)
         self.drafters.sig_changed.connect(self._show_asd_knobs)  # after the settings model pushed them

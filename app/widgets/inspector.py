@@ -58,7 +58,10 @@ from app.teaching.explain import (
 )
 from app.widgets import scrolled
 from app.widgets import token_style as ts
+from app.widgets.chart_export import install_widget_export_menu
+from app.widgets.chart_style import style_plot, style_text_item
 from app.widgets.run_view import RunView
+from app.widgets.theme import Theme, follow_theme
 from app.widgets.token_style import number_text, token_label
 from app.widgets.tree_view import APPENDED, TreeView, main_line
 
@@ -92,21 +95,42 @@ OTHERS = "others"  # the residual mass of every token without a bar (short: a lo
 
 
 class BarChart(pg.PlotWidget):
-    """Grouped bars over a few tokens; one BarGraphItem per series, reused on every update."""
+    """Grouped bars over a few tokens; one BarGraphItem per series, reused on every update.
 
-    def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
-        super().__init__(parent=parent, title=title)
-        self.setBackground(None)
-        self.setMinimumHeight(140)
-        self.getPlotItem().showGrid(y=True, alpha=0.2)
+    The key is in the title (never over the bars); the y axis leaves headroom above the tallest bar. With
+    `open_last`, the last group (the residual's "others") does not set the range: a bar taller than the range
+    is cut at the top and its value written there, so the tokens' own bars stay readable."""
+
+    HEADROOM = 1.15
+    MIN_PLOT_PX = 110  # both charts fit a 1024x700 window's dock whole: the token axis never scrolls away
+
+    def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None,
+                 open_last: bool = False) -> None:
+        super().__init__(parent=parent)
+        self.setMinimumHeight(self.MIN_PLOT_PX)
+        self.plain_title = title
+        self.open_last = open_last
         self.getPlotItem().setMouseEnabled(x=False, y=False)
-        self.addLegend(offset=(-5, 5))  # top right: the tallest bars are on the left
+        self.getPlotItem().setMenuEnabled(False)  # its right-click menu saves the figure instead
+        self.getAxis("bottom").setStyle(hideOverlappingLabels=False)
         self.width_each = 0.8 / len(names)
         self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
                        for name, colour in zip(names, colours, strict=False)}
         self.colours = dict(zip(names, colours, strict=False))
         for item in self.series.values():
             self.addItem(item)
+        self.cut_label = pg.TextItem("", anchor=(0.5, 0.0))
+        self.addItem(self.cut_label, ignoreBounds=True)
+        install_widget_export_menu(self, "inspector-bars")
+        follow_theme(self, self.apply_theme)
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.setBackground(theme.background)
+        key = "&nbsp;&nbsp;".join(f"<span style='color:{colour}'>▇</span>&nbsp;{html.escape(name)}"
+                                  for name, colour in self.colours.items())
+        style_plot(self.getPlotItem(), theme, f"{html.escape(self.plain_title)}&nbsp;&nbsp;&nbsp;{key}")
+        self.getPlotItem().showGrid(x=False, y=True, alpha=theme.grid_alpha)
+        style_text_item(self.cut_label, theme)
 
     def show_bars(self, labels: list[str], values: dict[str, list[float]], highlight: int | None) -> None:
         x = np.arange(len(labels), dtype=float)
@@ -120,8 +144,20 @@ class BarChart(pg.PlotWidget):
                          brush=self.colours[name], pens=pens)
         self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels, strict=True))])
         self.setXRange(-0.6, max(len(labels), 1) - 0.4, padding=0)
-        tallest = max((v for vs in values.values() for v in vs if not math.isnan(v)), default=1.0)
-        self.setYRange(0, max(tallest, 0.02) * 1.1, padding=0)  # small probabilities stay readable
+        ranged = len(labels) - 1 if self.open_last and len(labels) > 1 else len(labels)
+        tallest = max((v for vs in values.values() for v in vs[:ranged] if not math.isnan(v)), default=1.0)
+        top = max(tallest, 0.02) * self.HEADROOM  # small probabilities stay readable
+        self.setYRange(0, top, padding=0)
+        self._mark_cut(labels, values, top)
+
+    def _mark_cut(self, labels: list[str], values: dict[str, list[float]], top: float) -> None:
+        """Write the value of the last group's bar when it is taller than the range (cut at the top)."""
+        last = [v for vs in values.values() for v in vs[-1:] if not math.isnan(v)] if labels else []
+        cut = self.open_last and bool(last) and max(last) > top
+        self.cut_label.setVisible(cut)
+        if cut:
+            self.cut_label.setText(f"{max(last):.2f} ↑")
+            self.cut_label.setPos(len(labels) - 1, top)
 
     def heights(self, name: str) -> list[float]:
         """Bar heights drawn for one series (for tests)."""
@@ -224,11 +260,12 @@ class PassInspector(QWidget):
                              (P_COLOUR, Q_COLOUR))
         self.residual_title = _wrapping_label("")
         self.residual = BarChart("Residual norm(max(0, p − q)) at the first rejection", ("p", "q", "residual"),
-                                 (P_COLOUR, Q_COLOUR, R_COLOUR))
+                                 (P_COLOUR, Q_COLOUR, R_COLOUR), open_last=True)
         self.ledger = _wrapping_label("")
         self.paragraph = _wrapping_label("")
         self.paragraph.setObjectName("passExplanation")
         self._layout()
+        install_widget_export_menu(self, "inspector")  # the whole inspector as a figure for slides
         self.clear()
 
     # --- construction -----------------------------------------------------------

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
 from app.widgets import token_style as ts
+from app.widgets.chart_export import install_html_export
 from app.widgets.run_view import RunView, bound
 from app.widgets.tree_view import branch_count, tested_count
 
@@ -57,6 +58,7 @@ class TokenView(QPlainTextEdit):
         self.setMouseTracking(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.setPlaceholderText("Generated text appears here, token by token.")
+        install_html_export(self, "token-stream")  # right-click: save the stream as HTML for slides
         self._session: RunView | None = None
         self._hide_rejected = False
         self._formats = ts.make_formats(ts.is_dark(self.palette()))

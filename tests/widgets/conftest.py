@@ -56,3 +56,13 @@ def real_window(make_window, tiny_engine):
     window = make_window(tiny_engine)
     window.controls.prompt.setPlainText("def add(a, b):")
     return window
+
+
+@pytest.fixture(autouse=True)
+def normal_theme():
+    """Every test starts and ends in the normal theme: the theme hub is one per application."""
+    from app.widgets.theme import theme_hub
+
+    yield
+    theme_hub().set_presentation(False)
+    theme_hub().set_text_scale(1.0)
