@@ -91,7 +91,7 @@ def save_html(html: str, path: str | Path) -> None:
 
 
 def _write(image: QImage, path: str | Path) -> None:
-    if not image.save(str(path), b"PNG"):
+    if not image.save(str(path), "PNG"):  # type: ignore[call-overload]  # the stubs ask bytes; PySide6 takes str
         raise ExportError(f"Could not write {path}. Choose a folder you can write to.")
 
 

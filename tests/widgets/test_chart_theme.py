@@ -170,7 +170,7 @@ def test_throughput_says_it_is_compute_speed_in_slow_motion(qtbot, hub):
 
 @pytest.fixture(scope="module")
 def demo_engine():
-    return LocalEngine.load(dict(DEFAULT_REQUEST, device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
+    return LocalEngine.load(DEFAULT_REQUEST.with_changes(device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
 
 
 def real_run(engine, session: Session, drafters: tuple[str, ...], k: int) -> None:
