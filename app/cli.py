@@ -232,7 +232,7 @@ def _add_bench_options(bench: argparse.ArgumentParser) -> None:
                        help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
                             "methods; rough figures, not a measurement")
     bench.add_argument("--prompts", help="JSON prompt set: a list like the committed assets/bench/prompts.json (the "
-                       "default), or a held-out set like tools/demo_training/heldout_prompts.json")
+                       "default), or a held-out set like tools/train/demo_training/heldout_prompts.json")
     bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")
     bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
@@ -350,13 +350,16 @@ def run_headless(args, fail=None) -> int:
         fail(str(exc))
     from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
+    from app.engine.load_request import LoadRequest
 
-    engine = LocalEngine.load(dict(target=args.target, draft=args.draft_model, device=args.device, dtype=args.dtype,
-                                   device_map=args.device_map, heads=args.heads, **execution), load_steps(args))
+    engine = LocalEngine.load(LoadRequest(target=args.target, draft=args.draft_model, device=args.device,
+                                          dtype=args.dtype, device_map=args.device_map, heads=args.heads, **execution),
+                              load_steps(args))
     settings = with_model_defaults(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
     end = None
-    for event in engine.generate(args.prompt, settings, chat_template=args.chat_template):
+    # The inspector's detail goes into the JSON lines; printed text has no use for it.
+    for event in engine.generate(args.prompt, settings, chat_template=args.chat_template, inspect=args.jsonl):
         if args.jsonl:
             print(to_json_line(event, ensure_ascii=ascii_only), flush=True)
         elif isinstance(event, NoticeEvent):

@@ -14,7 +14,7 @@ DIR/device_check.json as soon as it ends (a later failure or a timeout keeps the
   chi-square losslessness of speculative sampling (the first two sampled tokens against the target's exact
   joint distribution); ASD on the device against the same run on the CPU; the KV cache after random
   rollbacks against a full recompute.
-- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/half_precision.py).
+- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/measure/half_precision.py).
 - timing: the Qwen2.5-0.5B and Llama-3.2-1B shapes (tests/fixtures/real_shapes.py) in the device's dtype,
   ours autoregressive, with prompt lookup and with a draft model (a 2-layer stand-in of the same
   vocabulary), each eager on the dynamic cache and on the fast path (app/engine/runtime/execution.py: the static
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
+from tools.measure.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
 
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
@@ -353,7 +353,7 @@ def run(args: argparse.Namespace) -> dict:
 
     def half() -> dict:
         from tests.fixtures.architectures import ARCHITECTURES
-        from tools.half_precision import markdown, measure
+        from tools.measure.half_precision import markdown, measure
 
         result = measure("bfloat16", sizes.half_tokens, sizes.k, sizes.half_archs or list(ARCHITECTURES),
                          device=args.device, prompts=HALF_PROMPTS[: sizes.half_prompts])

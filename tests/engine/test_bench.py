@@ -32,6 +32,7 @@ def test_benchmark_reports_every_method_and_identity(tiny_llama, tmp_path):
         assert len(result.repeats_tokens_per_s) == 2 and result.tokens_per_s > 0
         if name.startswith("ours:") and name != "ours:autoregressive":
             assert result.alpha is not None and result.c is not None and result.predicted > 0
+            assert result.mean_acceptance_length >= 1 and sum(result.acceptance_histogram) > 0
     assert any(message.startswith("warm-up") for message in seen)
     table = bench.markdown_table(results)
     assert table.count("\n") == len(results) + 1
@@ -61,7 +62,7 @@ def test_committed_prompt_set_has_code_and_prose():
 
 
 def test_the_held_out_prompt_set_loads_as_bench_prompts():
-    path = Path(__file__).resolve().parents[2] / "tools" / "demo_training" / "heldout_prompts.json"
+    path = Path(__file__).resolve().parents[2] / "tools" / "train" / "demo_training" / "heldout_prompts.json"
     entries = json.loads(path.read_text())["prompts"]
     prompts = bench.load_prompts(path)
     assert [(p.name, p.kind, p.prompt) for p in prompts] == [(e["id"], e["domain"], e["text"]) for e in entries]

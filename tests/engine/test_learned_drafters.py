@@ -1,6 +1,6 @@
 """Learned drafters (Medusa, MTP, EAGLE-style, DFlash-style) on a tiny random Llama target.
 
-The heads come from `tools/train_heads.py --quick` run once for the module in a
+The heads come from `tools/train/heads.py --quick` run once for the module in a
 subprocess, exactly as a user would run it; that run is itself under test.
 """
 
@@ -40,15 +40,15 @@ from app.engine.settings import DecodeSettings, LiveSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, ForcedSampler, chi_square_pvalue, first_two_distribution, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = REPO_ROOT / "tools" / "train_heads.py"
+TRAIN_MODULE = ["-m", "tools.train.heads"]  # run from the repository root
 LEARNED = tuple(FAMILIES)  # medusa, mtp, eagle, dflash
 
 
 @pytest.fixture(scope="module")
 def quick_heads(tiny_llama, tmp_path_factory):
-    """(heads folder, finished process) of one `train_heads.py --quick` run for the tiny target."""
+    """(heads folder, finished process) of one `python -m tools.train.heads --quick` run for the tiny target."""
     root = tmp_path_factory.mktemp("heads")
-    command = [sys.executable, str(TRAIN_SCRIPT), "--quick", "--target", str(tiny_llama[0]), "--out",
+    command = [sys.executable, *TRAIN_MODULE, "--quick", "--target", str(tiny_llama[0]), "--out",
                str(root / "heads"), "--cache-dir", str(root / "cache"), "--threads", "1"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
@@ -104,7 +104,7 @@ def test_heads_for_another_target_shape_are_refused_clearly(tiny_llama, tmp_path
     root = _head_folder(tmp_path / "heads", "eagle", shape)
     with pytest.raises(ModelLoadError, match="trained for another target") as error:
         load_models(*map(str, tiny_llama), heads=str(root))
-    assert message in str(error.value) and "train_heads.py" in str(error.value)
+    assert message in str(error.value) and "tools.train.heads" in str(error.value)
 
 
 def test_weights_that_do_not_match_the_config_are_refused(tiny_llama, tmp_path, models):

@@ -32,7 +32,7 @@ def demo_manifest() -> dict:
     if not path.is_file():
         raise ModelLoadError(
             "the bundled demo models are missing (assets/models/demo). "
-            "Rebuild them with `python tools/train_demo_models.py`, or give a model with --target."
+            "Rebuild them with `python -m tools.train.demo_models`, or give a model with --target."
         )
     return json.loads(path.read_text())
 

@@ -335,6 +335,15 @@ class CachedModel:
         self.crop(keep)
         return self.extend(ids[keep:], output_hidden_states=output_hidden_states, last=last)
 
+    def prefill(self, ids: torch.Tensor) -> int:
+        """Make the cache hold `ids` (N,) but the last token, for what needs the cache before a pass (timed
+        forwards, a drafter's features, a tree); how many tokens were fed. A chain pass needs none: its forward
+        reads whatever the cache lacks, the prompt in a cold request's first pass."""
+        if ids.numel() < 2 or self.holds(ids[:-1]):
+            return 0
+        self.advance_to(ids[:-1], last=1)  # only the cache is wanted
+        return self.last_fed
+
     # ---- token trees ------------------------------------------------------------------------
 
     def extend_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:

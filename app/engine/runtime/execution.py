@@ -55,7 +55,7 @@ class Execution:
     cache: str = "dynamic"
     compile: bool = False
     # Chain forwards on the dynamic cache skip the wrappers of the model's forward where it allows (the same
-    # numbers: lean_forward.py); off only to measure what that saves (tools/measure_execution.py).
+    # numbers: lean_forward.py); off only to measure what that saves (tools/measure/execution.py).
     lean: bool = True
     # The dynamic cache writes each forward's keys and values into buffers grown by doubling instead of
     # concatenating the whole cache (the same numbers: growing_cache.py); off only to measure what that saves.
