@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QMessageBox,
+    QStackedWidget,
     QTabBar,
     QToolBar,
     QVBoxLayout,
@@ -46,9 +48,11 @@ from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
 from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
 from app.widgets.model_dialog import ModelDialog
+from app.widgets.presentation import KEYS, TEXT_ONLY, PresentationPage
 from app.widgets.race import RaceView
 from app.widgets.speed import SpeedControl
 from app.widgets.status import RunStatusBar, short_model_name
+from app.widgets.theme import theme_hub
 from app.widgets.theory import TheoryExplorer
 from app.widgets.token_view import TokenView
 from app.worker import ModelLoadThread
@@ -62,6 +66,8 @@ EXPORTS = {
     "text": ("Export text", "Text (*.txt)"),
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
+CHARTS_SHARE_PERCENT = 52  # of the window's height: two rows of three charts fit from 768 px up
+MIN_CHARTS_PX = 300
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -71,6 +77,15 @@ DEFAULT_PLACEHOLDER = "Type a prompt, then press Ctrl+Enter"
 FIRST_PROMPT = next(r.prompt for r in READY_PROMPTS if r.prompt.startswith("for i in range"))  # code they know
 QUEUED_MESSAGE = "The models are loading (progress in the status bar): your run starts as soon as they are ready."
 LOAD_HOW = "load some with File → Load models… (Ctrl+L)"
+PRESENTATION_KEY = "F11"
+SHORTCUTS = (
+    ("Ctrl+Enter", "generate"), ("Esc", "stop the run"), ("F10", "step: run one pass"), ("F5", "run on"),
+    ("F1", "the guide"), ("Ctrl+L", "load models"), ("Ctrl+Shift+C", "copy the generated text"),
+    (PRESENTATION_KEY, "presentation mode"), ("Ctrl+Q", "quit"),
+)
+ABOUT = ("<b>Speculative Decoding Playground</b><p>Watch a small drafter propose tokens and a large target "
+         "verify them in one forward pass: greedy, sampling (Leviathan et al. 2023, Chen et al. 2023) and ASD, "
+         "with nine drafters, token trees and the theory beside the measurements.</p>")
 
 
 class MainWindow(QMainWindow):
@@ -125,12 +140,20 @@ class MainWindow(QMainWindow):
         self.asd_view = AsdTradeoffView()
         self.asd_view.load()
         self.guide = GuidePanel()
-        central = QWidget()
-        column = QVBoxLayout(central)
+        normal = QWidget()
+        column = QVBoxLayout(normal)
         column.addWidget(self.legend)
         column.addWidget(self.banner)
         column.addWidget(self.token_view, 1)
-        self.setCentralWidget(central)
+        self.presentation = PresentationPage()
+        self.presentation.set_session(self.session)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(normal)
+        self.pages.addWidget(self.presentation)
+        self.setCentralWidget(self.pages)
+        self._normal_state: QByteArray | None = None  # the docks as they were before presentation mode
+        self._previous_run: list = []  # the shown run's events: put back when the next one fails before starting
+        self._confirm_quit = self._ask_quit  # tests replace the question
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea | None = None,
               scroll: bool = True) -> QDockWidget:
@@ -154,8 +177,9 @@ class MainWindow(QMainWindow):
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
-        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
-        self._tabify(self.drafters_dock, self.guide_dock)
+        # The guide is a tab of the bottom group, so the drafter panel is in view beside it from the first start.
+        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock,
+                     self.guide_dock)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -223,8 +247,37 @@ class MainWindow(QMainWindow):
         self.classroom_action.setToolTip("Larger fonts in every panel and chart, for a projector")
         self.classroom_action.toggled.connect(self.set_classroom)
         view_menu.addAction(self.classroom_action)
+        self.pass_rows_action = QAction("&One pass per line", self, checkable=True, shortcut=QKeySequence("Ctrl+R"))
+        self.pass_rows_action.setToolTip("Each pass on its own line: accepted drafts, the rejected draft struck "
+                                         "through, then the correction or the bonus (Leviathan et al., Figure 1)")
+        self.pass_rows_action.toggled.connect(self.set_pass_rows)
+        view_menu.addAction(self.pass_rows_action)
+        self.presentation_action = QAction("&Presentation mode", self, checkable=True,
+                                           shortcut=QKeySequence(PRESENTATION_KEY))
+        self.presentation_action.setToolTip("One large stream and one large chart, high contrast, keyboard-driven")
+        self.presentation_action.toggled.connect(self.set_presentation)
+        view_menu.addAction(self.presentation_action)
+        self._build_presentation_keys()
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(self.guide_action)
+        help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
+        help_menu.addAction("&About", lambda: QMessageBox.about(self, "About", ABOUT))
+
+    def _build_presentation_keys(self) -> None:
+        """Keys that work only in presentation mode (they would steal typing in the prompt otherwise)."""
+        page = self.presentation
+        keys = [("Space", self.step), ("Left", lambda: self.move_pass(-1)), ("Right", lambda: self.move_pass(1)),
+                ("R", self.pass_rows_action.toggle), ("PgUp", lambda: page.step_view(-1)),
+                ("PgDown", lambda: page.step_view(1)), ("Esc", lambda: self.presentation_action.setChecked(False))]
+        keys += [(str(view), lambda view=view: page.show_view(view)) for view in range(page.view_count)]
+        self.presentation_keys: list[QAction] = []
+        for key, slot in keys:
+            action = QAction(key, self, shortcut=QKeySequence(key))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            action.triggered.connect(slot)
+            action.setEnabled(False)
+            self.addAction(action)
+            self.presentation_keys.append(action)
 
     def _connect(self) -> None:
         self.controls.sig_generate.connect(self.start_generation)
@@ -234,13 +287,18 @@ class MainWindow(QMainWindow):
         self.token_view.sig_pass_selected.connect(self.sig_pass_selected)
         self.sig_pass_selected.connect(self.inspector.show_pass)
         self.inspector.sig_pass_shown.connect(self.token_view.highlight_pass)  # previous / next move the highlight
-        self.sig_pass_selected.connect(lambda _index: (self.inspector_dock.show(), self.inspector_dock.raise_()))
+        self.sig_pass_selected.connect(self._show_inspector)
         self.session.sig_refresh.connect(self._inspect_stepped_pass)  # after the token view has drawn the pass
         self.race_view.sig_start_requested.connect(self.start_race)
         self.race_view.sig_stop_requested.connect(self.stop_race)
         self.guide.sig_use_prompt.connect(self.use_ready_prompt)
         self.guide.sig_race_prompt.connect(self.race_ready_prompt)
         self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
+        self.legend.sig_hide_rejected.connect(self.presentation.stream.set_hide_rejected)
+        self.presentation.stream.sig_pass_selected.connect(self.sig_pass_selected)
+        self.inspector.sig_pass_shown.connect(self.presentation.stream.highlight_pass)
+        theme_hub().sig_changed.connect(self.presentation.apply_theme)
+        self.drafters.sig_changed.connect(self._show_active_drafter)
         self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
         self.session.sig_refresh.connect(self._show_progress)
         self.session.sig_ended.connect(self._on_ended)
@@ -259,6 +317,17 @@ class MainWindow(QMainWindow):
         self.asd_dock.visibilityChanged.connect(self._show_asd_knobs)  # settings applied without a change signal
         self.session.sig_ended.connect(lambda end: self.asd_view.show_run(end.asd, len(end.token_ids), end.passes))
 
+    def _show_inspector(self, _index: int = 0) -> None:
+        if not self.presenting:  # presentation mode keeps its two large views
+            self.inspector_dock.show()
+            self.inspector_dock.raise_()
+
+    def _show_active_drafter(self, *_args) -> None:
+        """The status bar's model label names the drafter the run uses now (the first of the chain)."""
+        if self.summary is not None:
+            drafters = self.settings_model.live.get().drafters
+            self.status.show_models(self.summary, drafters[0] if drafters else None)
+
     def _show_asd_knobs(self, *_args) -> None:
         self.asd_view.show_knobs(self.settings_model.live.get().asd)
 
@@ -275,6 +344,8 @@ class MainWindow(QMainWindow):
         self._describe_models()
         self.status.end_load_progress()
         self.status.show_models(engine.summary)
+        self._show_active_drafter()
+        self.controls.limit_max_tokens(engine.summary.context_length)
         self.hide_message()  # whatever was said before (loading, a failed run) is over
         self.status.showMessage(models_loaded_message(engine.summary.suggested_repetition if suggested else None),
                                 8000 if suggested else 4000)
@@ -411,8 +482,10 @@ class MainWindow(QMainWindow):
         if self._ready_to_run() is None:
             return False
         self.hide_message()
+        self._previous_run = list(self.session.events)
         self.session.begin()
         self.token_view.clear_view()
+        self.presentation.stream.clear_view()
         self.controls.set_running(True)
         self.controls.show_paused(paused)
         self.load_action.setEnabled(False)
@@ -433,7 +506,8 @@ class MainWindow(QMainWindow):
         self._inspect_from = len(self.session.passes)
         self.runs.step()
         self.controls.show_paused(True)  # a step leaves the run paused
-        self.inspector_dock.raise_()
+        if not self.presenting:
+            self.inspector_dock.raise_()
 
     def run_on(self) -> None:
         """Continue a paused run to its end, or start one that does not pause."""
@@ -448,7 +522,23 @@ class MainWindow(QMainWindow):
         row = self._inspect_from
         if row is not None and len(self.session.passes) > row:
             self._inspect_from = None
-            self.token_view.select_pass(row)
+            self._stream().select_pass(row)
+
+    def _stream(self) -> TokenView:
+        return self.presentation.stream if self.presenting else self.token_view
+
+    def move_pass(self, delta: int) -> None:
+        """Select the previous (-1) or next (+1) pass in the stream and the inspector (the last one if none is)."""
+        passes = self.session.passes
+        if not passes:
+            return
+        shown = self.inspector.inspection
+        if shown is None:
+            row = len(passes) - 1
+        else:
+            row = next((r for r, event in enumerate(passes) if event.index == shown.event.index), len(passes) - 1)
+            row = max(0, min(len(passes) - 1, row + delta))
+        self._stream().select_pass(row)
 
     def _on_generation_finished(self) -> None:
         self.controls.set_running(False)
@@ -499,10 +589,33 @@ class MainWindow(QMainWindow):
 
     def _on_ended(self, event) -> None:
         if event.reason == "error":
-            kind = f"{event.error_type}: " if event.error_type else ""
-            self.show_message(f"The generation failed — {kind}{event.error}. The text so far is kept.", error=True)
+            log.info("generation failed with %s", event.error_type)
+            before_start = self.session.start is None
+            kept = ("The previous output is kept." if before_start and self._previous_run
+                    else "The text generated so far is kept.")
+            self.show_message(f"The generation failed: {failure_text(event.error)} {kept}", error=True)
+            if before_start and self._previous_run:
+                QTimer.singleShot(0, self._restore_previous_run)  # once every slot has seen this end
         else:
             self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes", 8000)
+
+    def _restore_previous_run(self) -> None:
+        """Show the run before a run that failed before its first event again, as it was."""
+        events, self._previous_run = self._previous_run, []
+        if self.is_generating or self.session.start is not None:
+            return  # a new run began meanwhile
+        banner = self.banner.text()
+        self.session.sig_ended.disconnect(self._on_ended)
+        try:
+            self.session.begin()
+            for event in events:
+                self.session.on_event(event)
+            self.session.flush()
+        finally:
+            self.session.sig_ended.connect(self._on_ended)
+        self._previous_run = events
+        self._show_progress()
+        self.show_message(banner, error=True)
 
     def _on_notice(self, notice) -> None:
         self.show_message(notice.message, error=notice.level != "info")
@@ -565,9 +678,61 @@ class MainWindow(QMainWindow):
         self._size_docks()
 
     def _size_docks(self) -> None:
+        """Side panels take a share of the width (the stream keeps at least about half of a 1024 px window),
+        the charts a share of the height."""
         horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
-        self.resizeDocks([self.controls_dock, self.drafters_dock], [330, 380], horizontal)
-        self.resizeDocks([self.charts_dock], [max(380, self.height() * 12 // 25)], vertical)
+        width = self.width()
+        self.resizeDocks([self.controls_dock, self.drafters_dock],
+                         [_clamp(width * 22 // 100, 230, 360), _clamp(width * 25 // 100, 250, 420)], horizontal)
+        self.resizeDocks([self.charts_dock], [self._charts_share()], vertical)
+
+    def _charts_share(self) -> int:
+        return max(MIN_CHARTS_PX, self.height() * CHARTS_SHARE_PERCENT // 100)
+
+    # --- presentation mode -------------------------------------------------------------------------------
+    @property
+    def presenting(self) -> bool:
+        return self.pages.currentWidget() is self.presentation
+
+    def set_presentation(self, on: bool) -> None:
+        """One large stream and one large chart, high contrast, keys for everything (on); the docks back (off)."""
+        if on == self.presenting:
+            return
+        if on:
+            self._normal_state = self.saveState()
+            for dock in self.findChildren(QDockWidget):
+                dock.hide()
+            for bar in self.findChildren(QToolBar):
+                bar.hide()
+            self.pages.setCurrentWidget(self.presentation)
+        else:
+            self.pages.setCurrentIndex(0)
+            if self._normal_state is not None:
+                self._restore_dock_state(self._normal_state)
+            for bar in self.findChildren(QToolBar):
+                bar.show()
+        theme_hub().set_presentation(on)
+        for action in self.presentation_keys:
+            action.setEnabled(on)
+        if on:
+            self.presentation.show_view(self.presentation.view or TEXT_ONLY)
+            self.presentation.focus_stream()
+        self.presentation_action.setChecked(on)
+
+    def set_pass_rows(self, on: bool) -> None:
+        """One pass per line in both streams (on), or the flowing text (off)."""
+        self.token_view.set_pass_rows(on)
+        self.presentation.stream.set_pass_rows(on)
+        self.pass_rows_action.setChecked(on)
+
+    def show_shortcuts(self) -> QMessageBox:
+        rows = [*SHORTCUTS, ("", ""), *(("", "<b>In presentation mode</b>"),), *KEYS]
+        table = "".join(f"<tr><td><b>{key}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for key, what in rows)
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
+                          QMessageBox.StandardButton.Close, self)
+        box.setObjectName("shortcutsBox")
+        box.show()
+        return box
 
     def reset_layout(self) -> None:
         """Every dock back where it starts: shown, docked, tabbed, at its default size."""
@@ -625,6 +790,8 @@ class MainWindow(QMainWindow):
         self.controls.chat_template.setChecked(controls.chat_template)
         self.legend.hide_rejected.setChecked(controls.hide_rejected)
         self.step_mode_action.setChecked(controls.step_mode)
+        self.speed.set_rate(controls.passes_per_s)
+        self.set_pass_rows(controls.pass_rows)
         if not controls.guide_seen:
             self.show_guide()  # first launch: the guide is the tour
 
@@ -632,8 +799,9 @@ class MainWindow(QMainWindow):
         controls = SavedControls(
             prompt=self.controls.prompt_text, chat_template=self.controls.chat_template.isChecked(),
             hide_rejected=self.legend.hide_rejected.isChecked(), step_mode=self.step_mode_action.isChecked(),
-            guide_seen=True)
-        self.store.save(SavedLayout(self.saveGeometry(), self.saveState()), self.model_request, self.live.get(),
+            guide_seen=True, passes_per_s=self.speed.rate, pass_rows=self.pass_rows_action.isChecked())
+        state = self._normal_state if self.presenting and self._normal_state is not None else self.saveState()
+        self.store.save(SavedLayout(self.saveGeometry(), state), self.model_request, self.live.get(),
                         controls)
 
     # --- shutdown --------------------------------------------------------------------------------------
@@ -644,17 +812,35 @@ class MainWindow(QMainWindow):
             self.engine.close()
 
     def resizeEvent(self, event) -> None:
-        """On a smaller screen the charts give back room to the text, down to their minimum (then they scroll)."""
+        """The charts grow and shrink with the window (their share of its height), so a larger window shows
+        all of them; below their minimum they scroll."""
         super().resizeEvent(event)
-        share = self.height() * 9 // 20
-        if self.charts_dock.height() > share and not self.charts_dock.isFloating():
-            self.resizeDocks([self.charts_dock], [share], Qt.Orientation.Vertical)
+        if event.oldSize().height() != event.size().height() and not self.charts_dock.isFloating():
+            self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
+
+    def _ask_quit(self) -> bool:
+        answer = QMessageBox.question(self, "Quit", "A run is in progress. Stop it and quit?",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event) -> None:
+        if self.is_busy and not self._confirm_quit():
+            event.ignore()
+            return
         self.hide()  # the window goes at once, even while a load finishes its current step
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def failure_text(error: str) -> str:
+    """An engine's failure message as one clause of the banner, ending in exactly one period."""
+    return (error.strip().rstrip(".") or "an unexpected error") + "."
 
 
 def _describe_setup(settings: DecodeSettings) -> str:

@@ -26,17 +26,18 @@ pause and step requests of a `GenerationControl` are honoured between passes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 
 from app.engine.cached_model import CachedModel
+from app.engine.context import check_prompt_fits, prompt_ids
 from app.engine.detok import StreamDetokenizer
 from app.engine.drafters.base import Draft, Drafter, can_branch
 from app.engine.drafters.registry import build_drafter, drafter_config
-from app.engine.errors import ContextTooLongError, EngineError, OutOfMemoryError, is_out_of_memory, release_memory
+from app.engine.errors import EngineError, OutOfMemoryError, is_out_of_memory, release_memory
 from app.engine.events import (
     AsdSummary,
     EndEvent,
@@ -157,24 +158,9 @@ class SpeculativeDecoder:
         if not isinstance(prompt, str) or not prompt.strip():
             raise SettingsError("the prompt is empty: type some text to continue")
         _require_encodable(prompt)
-        tokenizer = self.models.tokenizer
-        if chat_template:
-            ids = self._apply_chat_template(prompt)
-        else:
-            ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        limit = self._context_length
-        if len(ids) > limit:
-            raise ContextTooLongError(
-                f"the prompt has {len(ids)} tokens but the model's context holds {limit}; shorten the prompt.")
-        return list(ids)
-
-    def _apply_chat_template(self, prompt: str) -> list[int]:
-        tokenizer = self.models.tokenizer
-        if not getattr(tokenizer, "chat_template", None):
-            raise SettingsError("this model's tokenizer has no chat template: switch the chat template option off")
-        out = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                            tokenize=True)
-        return list(out["input_ids"] if isinstance(out, Mapping) else out)
+        ids = prompt_ids(self.models.tokenizer, prompt, chat_template)
+        check_prompt_fits(len(ids), self._context_length)
+        return ids
 
     # ---- the loop ---------------------------------------------------------------------------
 

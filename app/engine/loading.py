@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.cached_model import CachedModel, find_layer_list
+from app.engine.context import context_length_of
 from app.engine.drafters.registry import available_drafters
 from app.engine.errors import (
     IncompatibleTokenizerError,
@@ -66,12 +67,7 @@ class LoadedModels:
 
     @property
     def context_length(self) -> int:
-        config = self.target.config
-        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return 1 << 20
+        return context_length_of(self.target.config)
 
     @property
     def vocab_size(self) -> int:

@@ -88,6 +88,7 @@ class RunCharts(QWidget):
         self._text_scale = 1.0
         self._cells: list[pg.GraphicsLayout] = []  # each plot with its legend, in reading order
         self.columns = MAX_COLUMNS  # plots to a row, as laid out now
+        self._only: int | None = None  # presentation mode: the one plot shown; None = all of them
         self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground(None)
@@ -239,7 +240,7 @@ class RunCharts(QWidget):
         """The smallest size of the grid with `columns` plots to a row: every plot and legend at its minimum
         size, with the grid's spacing and margins, and MIN_ROW_PX (scaled) a row at least."""
         grid = self.layout_widget.ci.layout
-        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._cells]
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._shown_cells()]
         rows = -(-len(minimum) // columns)
         widths = [max(size.width() for size in minimum[col::columns]) for col in range(columns)]
         heights = [max(size.height() for size in minimum[row * columns:(row + 1) * columns]) for row in range(rows)]
@@ -261,18 +262,37 @@ class RunCharts(QWidget):
                 return columns
         return 1
 
+    def _shown_cells(self) -> list[pg.GraphicsLayout]:
+        return self._cells if self._only is None else [self._cells[self._only]]
+
+    def show_only(self, index: int | None) -> None:
+        """Show one plot, filling the area (presentation mode), or all of them (None)."""
+        if index == self._only:
+            return
+        self._only = index
+        self.columns = 0  # lay out again
+        self._reflow()
+        self.request_refresh()
+
+    @property
+    def plot_titles(self) -> list[str]:
+        return [plot.plain_title for plot in self._plots]
+
     def _reflow(self) -> None:
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""
-        columns = self._fitting_columns()
+        columns = self._fitting_columns() if self._only is None else 1
         if columns != self.columns:
             self.columns = columns
             layout = self.layout_widget.ci
             grid = layout.layout
             for cell in self._cells:
-                grid.removeAt(next(i for i in range(grid.count()) if grid.itemAt(i) is cell))
+                at = next((i for i in range(grid.count()) if grid.itemAt(i) is cell), None)
+                if at is not None:
+                    grid.removeAt(at)
+                cell.setVisible(cell in self._shown_cells())
             layout.rows, layout.items = {}, {}
-            for index, cell in enumerate(self._cells):
+            for index, cell in enumerate(self._shown_cells()):
                 row, col = divmod(index, columns)
                 grid.addItem(cell, row, col)
                 layout.rows.setdefault(row, {})[col] = cell

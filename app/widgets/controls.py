@@ -132,6 +132,11 @@ class ControlsPanel(QWidget):
         self.pause_button.setText("Resume" if paused else "Pause")
         self.pause_button.blockSignals(False)
 
+    def limit_max_tokens(self, context_length: int) -> None:
+        """Max new tokens can be no more than the loaded model's context holds."""
+        self.max_tokens.setMaximum(max(1, min(MAX_TOKENS_LIMIT, context_length)))
+        self.max_tokens.setToolTip(f"max new tokens: at most {self.max_tokens.maximum()}, the model's context")
+
     def offer_chat_template(self, available: bool) -> None:
         """Enable the chat template option only for models that have one; otherwise say why it is off."""
         if not available:
