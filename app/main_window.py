@@ -269,7 +269,7 @@ class MainWindow(QMainWindow):
         keys = [("Space", self.step), ("Left", lambda: self.move_pass(-1)), ("Right", lambda: self.move_pass(1)),
                 ("R", self.pass_rows_action.toggle), ("PgUp", lambda: page.step_view(-1)),
                 ("PgDown", lambda: page.step_view(1)), ("Esc", lambda: self.presentation_action.setChecked(False))]
-        keys += [(str(view), lambda view=view: page.show_view(view)) for view in range(page.view_count)]
+        keys += [(str(view), lambda _checked=False, view=view: page.show_view(view)) for view in range(page.view_count)]
         self.presentation_keys: list[QAction] = []
         for key, slot in keys:
             action = QAction(key, self, shortcut=QKeySequence(key))

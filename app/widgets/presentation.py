@@ -10,7 +10,7 @@ on a wide window and above it on a narrow one, so nothing is clipped from
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.widgets.charts import BASE_TEXT_PT, RunCharts
@@ -43,6 +43,7 @@ class PresentationPage(QWidget):
         self.title.setWordWrap(True)
         self.stream = TokenView()
         self.stream.setObjectName("presentationStream")
+        self.stream.installEventFilter(self)  # its keys are the window's shortcuts here
         self.charts = RunCharts()
         self.charts.setObjectName("presentationCharts")
         self.hint = QLabel(HINT)
@@ -100,8 +101,14 @@ class PresentationPage(QWidget):
         if self._body.direction() != direction:
             self._body.setDirection(direction)
 
-    def keyPressEvent(self, event) -> None:
-        event.ignore()  # the window's actions handle the keys
+    def eventFilter(self, watched, event) -> bool:
+        """The read-only stream would claim plain keys (digits, R, Space) for itself before the window's
+        shortcuts see them: it gets none of them here."""
+        if watched is self.stream and event.type() == QEvent.Type.ShortcutOverride:
+            plain = event.modifiers() in (Qt.KeyboardModifier.NoModifier, Qt.KeyboardModifier.KeypadModifier)
+            if plain:
+                return True
+        return super().eventFilter(watched, event)
 
     def focus_stream(self) -> None:
         self.stream.setFocus(Qt.FocusReason.OtherFocusReason)

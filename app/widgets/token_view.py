@@ -48,7 +48,8 @@ HARD_BLOCK = 2000
 CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
 MARKER_COLOURS = ("#4d5663", "#c3cad4", "#eef1f5", "#2a3038")  # change markers: text light, dark; box light, dark
-TREE_MARK = "⋔"  # before the branch count of a tree pass
+TREE_MARK = "⋔"
+PARTIAL_TOKEN = "▯"  # one pass per line: a token that is only part of a character (its text comes later)  # before the branch count of a tree pass
 
 
 class TokenView(QPlainTextEdit):
@@ -204,6 +205,8 @@ class TokenView(QPlainTextEdit):
         self._cursor.insertText(text, char_format)
 
     def _insert(self, row: int, slot: int, text: str, style: str) -> None:
+        if not text and self._pass_rows:
+            text = PARTIAL_TOKEN  # a row shows every token of its pass, even a piece of a character
         if not text:
             return
         self._limit_block_length(text)
