@@ -66,8 +66,10 @@ EXPORTS = {
     "text": ("Export text", "Text (*.txt)"),
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
-CHARTS_SHARE_PERCENT = 52  # of the window's height: two rows of three charts fit from 768 px up
-MIN_CHARTS_PX = 300
+CHARTS_SHARE_PERCENT = 52  # of a tall window's height
+SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
+TALL_WINDOW_PX = 900
+MIN_CHARTS_PX = 200
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -177,9 +179,8 @@ class MainWindow(QMainWindow):
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
-        # The guide is a tab of the bottom group, so the drafter panel is in view beside it from the first start.
-        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock,
-                     self.guide_dock)
+        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
+        self._tabify(self.drafters_dock, self.guide_dock)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -687,7 +688,10 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.charts_dock], [self._charts_share()], vertical)
 
     def _charts_share(self) -> int:
-        return max(MIN_CHARTS_PX, self.height() * CHARTS_SHARE_PERCENT // 100)
+        """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
+        a small window keeps room for the prompt's buttons and the text."""
+        percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
+        return max(MIN_CHARTS_PX, self.height() * percent // 100)
 
     # --- presentation mode -------------------------------------------------------------------------------
     @property
