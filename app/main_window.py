@@ -39,6 +39,7 @@ from app.runs import RunController
 from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
+from app.teaching.lesson import LessonRun, LessonStep
 from app.widgets import scrolled
 from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
@@ -47,6 +48,7 @@ from app.widgets.drafter_panel import DrafterPanel
 from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
 from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
+from app.widgets.lesson import LessonPanel
 from app.widgets.model_dialog import ModelDialog
 from app.widgets.presentation import KEYS, TEXT_ONLY, PresentationPage
 from app.widgets.race import RaceView
@@ -142,6 +144,8 @@ class MainWindow(QMainWindow):
         self.asd_view = AsdTradeoffView()
         self.asd_view.load()
         self.guide = GuidePanel()
+        self.lesson = LessonPanel()
+        self._lesson_step: LessonStep | None = None  # the lesson step whose run is going
         normal = QWidget()
         column = QVBoxLayout(normal)
         column.addWidget(self.legend)
@@ -155,7 +159,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.pages)
         self._normal_state: QByteArray | None = None  # the docks as they were before presentation mode
         self._previous_run: list = []  # the shown run's events: put back when the next one fails before starting
-        self._confirm_quit = self._ask_quit  # tests replace the question
+        self.confirm_quit = self._ask_quit  # asked before quitting during a run (tests answer it themselves)
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea | None = None,
               scroll: bool = True) -> QDockWidget:
@@ -179,8 +183,10 @@ class MainWindow(QMainWindow):
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
+        self.lesson_dock = self._dock("Lesson", "lessonDock", self.lesson)
         self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
-        self._tabify(self.drafters_dock, self.guide_dock)
+        self._tabify(self.drafters_dock, self.guide_dock, self.lesson_dock)
+        self.lesson_dock.hide()  # Help → Guided lesson opens it
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -237,7 +243,7 @@ class MainWindow(QMainWindow):
         self.copy_text_action.setToolTip("The text generated so far, without the rejected drafts shown in the view")
         view_menu = self.menuBar().addMenu("&View")
         for dock in (self.controls_dock, self.drafters_dock, self.charts_dock, self.inspector_dock, self.theory_dock,
-                     self.race_dock, self.asd_dock, self.guide_dock):
+                     self.race_dock, self.asd_dock, self.guide_dock, self.lesson_dock):
             view_menu.addAction(dock.toggleViewAction())
         self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
         self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
@@ -261,6 +267,7 @@ class MainWindow(QMainWindow):
         self._build_presentation_keys()
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(self.guide_action)
+        self.lesson_action = help_menu.addAction("Guided &lesson", self.show_lesson)
         help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
         help_menu.addAction("&About", lambda: QMessageBox.about(self, "About", ABOUT))
 
@@ -294,6 +301,8 @@ class MainWindow(QMainWindow):
         self.race_view.sig_stop_requested.connect(self.stop_race)
         self.guide.sig_use_prompt.connect(self.use_ready_prompt)
         self.guide.sig_race_prompt.connect(self.race_ready_prompt)
+        self.lesson.sig_run_step.connect(self.run_lesson_step)
+        self.session.sig_ended.connect(self._lesson_step_ended)
         self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
         self.legend.sig_hide_rejected.connect(self.presentation.stream.set_hide_rejected)
         self.presentation.stream.sig_pass_selected.connect(self.sig_pass_selected)
@@ -577,6 +586,52 @@ class MainWindow(QMainWindow):
         self.guide_dock.show()
         self.guide_dock.raise_()
 
+    # --- the guided lesson ---------------------------------------------------------------------------------
+    def show_lesson(self) -> None:
+        self.lesson_dock.show()
+        self.lesson_dock.raise_()
+
+    def run_lesson_step(self, step: LessonStep) -> bool:
+        """Run a lesson step on the loaded models (or reuse the run on view when it has the step's settings)."""
+        if self.is_busy or self.summary is None:
+            self.lesson.show_failure("Wait for the run to end (or the models to load), then run the step again.")
+            return False
+        changes = step.settings_changes(self.summary.available_drafters)
+        self.controls.max_tokens.setValue(changes.pop("max_new_tokens"))
+        if self.bundled_models:
+            self.controls.prompt.setPlainText(FIRST_PROMPT)
+        settings = self.settings_model.use(**changes)
+        self._lesson_step = step
+        start = self.session.start
+        if (settings is not None and start is not None and self.session.end is not None
+                and self.session.end.reason != "error" and start.settings == settings.to_dict()
+                and start.prompt_text == self.controls.prompt_text):
+            self._lesson_step_ended(self.session.end)  # the run on view is this step's run
+            return True
+        if not self.start_generation(paused=False):
+            self._lesson_step = None
+            self.lesson.show_failure(self.banner.text() or "The step could not start.")
+            return False
+        return True
+
+    def _lesson_step_ended(self, end) -> None:
+        step, self._lesson_step = self._lesson_step, None
+        if step is None or self.session.start is None:
+            return
+        run = LessonRun(self.session.start.settings, tuple(self.session.passes), end)
+        explanation = self.lesson.show_result(step, run)
+        if explanation.pass_index is not None:
+            row = next((r for r, event in enumerate(self.session.passes) if event.index == explanation.pass_index),
+                       None)
+            if row is not None:
+                self._stream().select_pass(row)
+        views = {"inspector": self.inspector_dock, "theory": self.theory_dock, "charts": self.charts_dock,
+                 "asd": self.asd_dock}
+        if not self.presenting:
+            views[step.view].show()
+            views[step.view].raise_()
+        self.lesson_dock.raise_()
+
     def use_ready_prompt(self, ready: ReadyPrompt) -> None:
         """Put a ready prompt and its set-up (drafters this model family has) into the controls."""
         self.controls.prompt.setPlainText(ready.prompt)
@@ -829,7 +884,7 @@ class MainWindow(QMainWindow):
         return answer == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event) -> None:
-        if self.is_busy and not self._confirm_quit():
+        if self.is_busy and not self.confirm_quit():
             event.ignore()
             return
         self.hide()  # the window goes at once, even while a load finishes its current step

@@ -117,9 +117,9 @@ def explain_greedy(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation:
                   "matched the target's most likely token and were kept; " if kept else "")
     return Explanation(
         f"Pass {event.index}, greedy: a draft is kept only if it is the target's most likely token (argmax p). "
-        f"{kept_words}{'the' if kept else 'The'} draft {shown(rejected.text)} was not (p = {rejected.p:.3f} for it), so it and every "
-        f"draft after it were thrown away, and the target's own token {shown(event.appended.text)} was "
-        "appended instead.", event.index)
+        f"{kept_words}{'the' if kept else 'The'} draft {shown(rejected.text)} was not "
+        f"(p = {rejected.p:.3f} for it), so it and every draft after it were thrown away, and the target's "
+        f"own token {shown(event.appended.text)} was appended instead.", event.index)
 
 
 def explain_sampling(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation:

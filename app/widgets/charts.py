@@ -278,6 +278,10 @@ class RunCharts(QWidget):
     def plot_titles(self) -> list[str]:
         return [plot.plain_title for plot in self._plots]
 
+    @property
+    def plots(self) -> tuple[pg.PlotItem, ...]:
+        return self._plots
+
     def _reflow(self) -> None:
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""

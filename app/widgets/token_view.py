@@ -48,8 +48,8 @@ HARD_BLOCK = 2000
 CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
 MARKER_COLOURS = ("#4d5663", "#c3cad4", "#eef1f5", "#2a3038")  # change markers: text light, dark; box light, dark
-TREE_MARK = "⋔"
-PARTIAL_TOKEN = "▯"  # one pass per line: a token that is only part of a character (its text comes later)  # before the branch count of a tree pass
+TREE_MARK = "⋔"  # before the branch count of a tree pass
+PARTIAL_TOKEN = "▯"  # one pass per line: a token that is only part of a character (its text comes later)
 
 
 class TokenView(QPlainTextEdit):
@@ -133,6 +133,10 @@ class TokenView(QPlainTextEdit):
         font.setPixelSize(px)
         self.setFont(font)
         self.document().setDefaultFont(font)
+
+    def style_of(self, name: str) -> QTextCharFormat:
+        """The character format of an outcome (ts.STYLE_NAMES) as drawn now."""
+        return QTextCharFormat(self._formats[name])
 
     def rows(self) -> list[list[str]]:
         """One pass per line: the outcome names of each pass row's fragments, in order (for tests)."""

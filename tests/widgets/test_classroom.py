@@ -82,7 +82,7 @@ def test_a_change_marker_does_not_look_like_generated_text(qtbot, make_window):
     view = window.token_view
     assert any("prompt-lookup" in mark for mark in view.change_marks())
     marker = _format_of_mark(view)
-    resampled = view._formats[ts.RESAMPLED]
+    resampled = view.style_of(ts.RESAMPLED)
     assert marker.fontWeight() < 600 and not marker.fontItalic() and ts.outcome_of(marker) is None
     assert marker.foreground().color() != resampled.foreground().color()
     assert marker.background().color().alpha() > 0  # a box around it
@@ -178,7 +178,7 @@ def test_presentation_mode_is_large_and_keyboard_driven(qtbot, make_window, size
     stream = window.presentation.stream
     assert QFontInfo(stream.font()).pixelSize() >= 20
     charts = window.presentation.charts
-    for plot in charts._plots:
+    for plot in charts.plots:
         assert QFontInfo(plot.getAxis("bottom").style["tickFont"]).pixelSize() >= 16
     window.step_mode_action.setChecked(True)
     with qtbot.waitSignal(window.sig_run_finished, timeout=RUN_MS):
@@ -225,9 +225,32 @@ def test_ctrl_q_during_a_run_asks_first(qtbot, make_window):
     window.controls.prompt.setPlainText("the cat")
     window.controls.max_tokens.setValue(10_000)
     asked = []
-    window._confirm_quit = lambda: asked.append(True) or False  # the user answers No
+    window.confirm_quit = lambda: asked.append(True) or False  # the user answers No
     with qtbot.waitSignal(window.sig_run_finished, timeout=RUN_MS):
         assert window.start_generation()
         window.close()
         assert asked and window.isVisible() and window.is_generating
         window.stop_generation()
+
+
+# ---------------------------------------------------------------- the guided lesson in the window
+
+
+def test_the_lesson_runs_a_step_live_and_points_at_the_pass_its_sentence_is_about(qtbot, real_window):
+    from app.teaching.lesson import STEPS, LessonRun, explain_step
+
+    window = real_window
+    window.lesson_action.trigger()
+    assert window.lesson_dock.isVisible()
+    with qtbot.waitSignal(window.sig_run_finished, timeout=RUN_MS):
+        window.lesson.run_button.click()
+    qtbot.waitUntil(lambda: window.lesson.explanation is not None, timeout=RUN_MS)
+    explanation = window.lesson.explanation
+    run = LessonRun(window.session.start.settings, tuple(window.session.passes), window.session.end)
+    assert explanation == explain_step(STEPS[0], run, {})
+    assert window.lesson.sentence.text().startswith(f"Pass {explanation.pass_index}:")
+    assert window.inspector.inspection.event.index == explanation.pass_index  # the pass it speaks of, shown
+    passes = len(window.session.passes)
+    window.lesson.next_button.click()  # step 2 has the same settings: the same run is explained, none is started
+    assert not window.is_generating and len(window.session.passes) == passes
+    assert window.lesson.explanation == explain_step(STEPS[1], run, {})
