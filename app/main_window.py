@@ -72,6 +72,7 @@ CHARTS_SHARE_PERCENT = 52  # of a tall window's height
 SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
 TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
+SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -736,11 +737,16 @@ class MainWindow(QMainWindow):
     def _size_docks(self) -> None:
         """Side panels take a share of the width (the stream keeps at least about half of a 1024 px window),
         the charts a share of the height."""
-        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
+        self._size_side_docks()
+        self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
+
+    def _size_side_docks(self) -> None:
+        """Each side panel a share of the width, but never less than its content needs (no sideways scrolling)."""
         width = self.width()
-        self.resizeDocks([self.controls_dock, self.drafters_dock],
-                         [_clamp(width * 22 // 100, 230, 360), _clamp(width * 25 // 100, 250, 420)], horizontal)
-        self.resizeDocks([self.charts_dock], [self._charts_share()], vertical)
+        room = SIDE_PANEL_FRAME_PX
+        prompt = max(_clamp(width * 22 // 100, 230, 360), self.controls.minimumSizeHint().width() + room)
+        drafters = _clamp(width * 25 // 100, 250, 420)
+        self.resizeDocks([self.controls_dock, self.drafters_dock], [prompt, drafters], Qt.Orientation.Horizontal)
 
     def _charts_share(self) -> int:
         """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
@@ -812,6 +818,7 @@ class MainWindow(QMainWindow):
         self.setFont(font)
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
+        QTimer.singleShot(0, self._size_side_docks)  # larger text needs a wider prompt panel, once laid out
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
@@ -876,6 +883,8 @@ class MainWindow(QMainWindow):
         super().resizeEvent(event)
         if event.oldSize().height() != event.size().height() and not self.charts_dock.isFloating():
             self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
+        if event.oldSize().width() != event.size().width():
+            self._size_side_docks()
 
     def _ask_quit(self) -> bool:
         answer = QMessageBox.question(self, "Quit", "A run is in progress. Stop it and quit?",
