@@ -67,7 +67,7 @@ def test_the_greedy_step_explains_its_rejection_by_the_argmax(runs):
     sentence, event = explained(runs, "greedy")
     assert event is not None
     rejected = next(t for t in event.drafted if t.outcome == REJECTED)
-    assert shown(rejected.text) in sentence and f"p = {rejected.p:.3f}" in sentence and "argmax" in sentence
+    assert shown(rejected.text) in sentence and f"p = {rejected.p:.3g}" in sentence and "argmax" in sentence
     assert shown(event.appended.text) in sentence and rejected.id != rejected.target_id
     assert all(shown(t.text) in sentence for t in event.drafted if t.outcome == ACCEPTED)
 
@@ -77,7 +77,7 @@ def test_the_sampling_step_quotes_p_q_u_of_its_draft(runs):
     assert event is not None and event.verify == "sample"
     token = next((t for t in event.drafted if t.outcome == REJECTED and t.u is not None),
                  next(t for t in event.drafted if t.u is not None))
-    for figure in (f"q = {token.q:.3f}", f"p = {token.p:.3f}", f"min(1, p/q) = {token.accept_prob:.3f}",
+    for figure in (f"q = {token.q:.3g}", f"p = {token.p:.3g}", f"min(1, p/q) = {token.accept_prob:.3f}",
                    f"u = {token.u:.3f}"):
         assert figure in sentence
     assert ("rejected" in sentence) == (token.outcome == REJECTED)
@@ -109,7 +109,7 @@ def test_the_second_drafter_and_tree_and_asd_steps_read_their_own_runs(runs):
     assert f"α = {second.end.stats.alpha:.2f}" in sentence and f"α = {runs['draft'].end.stats.alpha:.2f}" in sentence
     sentence, event = explained(runs, "tree")
     assert event is not None and event.tree is not None
-    assert f"{len(event.tree)} nodes" in sentence and f"path of {len(event.path)} tokens" in sentence
+    assert f"{len(event.tree)} nodes" in sentence and f"path of {len(event.path)} token" in sentence
     sentence, _ = explained(runs, "asd")
     asd = runs["asd"].end.asd
     assert asd is not None and f"accepted {asd.exceptions} mismatch" in sentence and f"{asd.spent:.2f}" in sentence

@@ -75,6 +75,10 @@ def _first(run: LessonRun, wanted: Callable[[PassEvent], bool]) -> PassEvent | N
     return next((event for event in run.passes if wanted(event)), None)
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def _drafter_name(event: PassEvent) -> str:
     return "the draft model" if event.drafter == "draft-model" else f"the {event.drafter} drafter"
 
@@ -118,7 +122,7 @@ def explain_greedy(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation:
     return Explanation(
         f"Pass {event.index}, greedy: a draft is kept only if it is the target's most likely token (argmax p). "
         f"{kept_words}{'the' if kept else 'The'} draft {shown(rejected.text)} was not "
-        f"(p = {rejected.p:.3f} for it), so it and every draft after it were thrown away, and the target's "
+        f"(p = {rejected.p:.3g} for it), so it and every draft after it were thrown away, and the target's "
         f"own token {shown(event.appended.text)} was appended instead.", event.index)
 
 
@@ -133,8 +137,8 @@ def explain_sampling(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation
                  next(t for t in event.drafted if t.u is not None))
     assert token.u is not None and token.accept_prob is not None and token.q is not None
     verdict = "kept" if token.outcome != REJECTED else "rejected"
-    sentence = (f"Pass {event.index}, sampling: the draft {shown(token.text)} had q = {token.q:.3f} under the "
-                f"drafter and p = {token.p:.3f} under the target. It is kept when u ≤ min(1, p/q) = "
+    sentence = (f"Pass {event.index}, sampling: the draft {shown(token.text)} had q = {token.q:.3g} under the "
+                f"drafter and p = {token.p:.3g} under the target. It is kept when u ≤ min(1, p/q) = "
                 f"{token.accept_prob:.3f}; the draw was u = {token.u:.3f}, so it was {verdict}.")
     if verdict == "rejected" and event.appended is not None and event.appended.kind == RESAMPLED:
         sentence += (f" The replacement {shown(event.appended.text)} was drawn from the residual "
@@ -205,9 +209,9 @@ def explain_tree(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation:
         return Explanation("No pass of this run drafted a tree with more than one branch.")
     branches = sum(1 for node in event.tree if not any(other.parent == node.id for other in event.tree))
     return Explanation(
-        f"Pass {event.index}: instead of one line of guesses {_drafter_name(event)} drafted a token tree of "
+        f"Pass {event.index}: instead of one line of guesses, {_drafter_name(event)} drafted a token tree of "
         f"{len(event.tree)} nodes in {branches} branches, and the target checked all of them in one forward "
-        f"(each node sees only its own ancestors). It accepted a path of {len(event.path or ())} tokens.",
+        f"(each node sees only its own ancestors). It accepted a path of {_tokens(len(event.path or ()))}.",
         event.index)
 
 

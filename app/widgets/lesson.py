@@ -9,10 +9,8 @@ first steps take it apart.
 
 from __future__ import annotations
 
-import html
-
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.teaching.lesson import STEPS, Explanation, LessonRun, LessonStep, explain_step
 
@@ -28,52 +26,46 @@ class LessonPanel(QWidget):
         super().__init__(parent)
         self.runs: dict[str, LessonRun] = {}  # step key -> the run its sentence was written from
         self.explanation: Explanation | None = None
-        self.steps = QListWidget()
+        self.steps = QComboBox()  # compact: the sentence gets the panel's height
         self.steps.setObjectName("lessonSteps")
         for step in STEPS:
             self.steps.addItem(step.title)
-        self.steps.setWordWrap(True)
-        self.title = QLabel()
-        self.title.setObjectName("lessonTitle")
-        self.title.setWordWrap(True)
         self.sentence = QLabel(START)
+        self.sentence.setTextFormat(Qt.TextFormat.PlainText)
         self.sentence.setObjectName("lessonSentence")
         self.sentence.setWordWrap(True)
         self.sentence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.sentence.setStyleSheet(f"font-size: {SENTENCE_PX}px;")
-        self.title.setStyleSheet(f"font-size: {SENTENCE_PX + 2}px; font-weight: bold;")
         self.back_button = QPushButton("◀ Back")
         self.run_button = QPushButton("Run step")
         self.next_button = QPushButton("Next ▶")
         self.back_button.clicked.connect(lambda: self.select(self.index - 1))
         self.next_button.clicked.connect(self.run_next)
         self.run_button.clicked.connect(self.run_current)
-        self.steps.currentRowChanged.connect(self._on_row)
+        self.steps.currentIndexChanged.connect(self._on_row)
         buttons = QHBoxLayout()
         for button in (self.back_button, self.run_button, self.next_button):
             buttons.addWidget(button)
         column = QVBoxLayout(self)
-        column.addWidget(self.steps, 2)
-        column.addWidget(self.title)
-        column.addWidget(self.sentence, 3, Qt.AlignmentFlag.AlignTop)
+        column.addWidget(self.steps)
         column.addLayout(buttons)
+        column.addWidget(self.sentence, 1, Qt.AlignmentFlag.AlignTop)
         self.select(0)
 
     @property
     def index(self) -> int:
-        return self.steps.currentRow()
+        return self.steps.currentIndex()
 
     @property
     def step(self) -> LessonStep:
         return STEPS[self.index]
 
     def select(self, index: int) -> None:
-        self.steps.setCurrentRow(max(0, min(len(STEPS) - 1, index)))
+        self.steps.setCurrentIndex(max(0, min(len(STEPS) - 1, index)))
 
     def _on_row(self, row: int) -> None:
         if row < 0:
             return
-        self.title.setText(STEPS[row].title)
         run = self.runs.get(STEPS[row].key)
         if run is not None:
             self._show(explain_step(STEPS[row], run, self.runs))
@@ -99,8 +91,8 @@ class LessonPanel(QWidget):
         return explanation
 
     def show_failure(self, message: str) -> None:
-        self.sentence.setText(html.escape(message))
+        self.sentence.setText(message)
 
     def _show(self, explanation: Explanation) -> None:
         self.explanation = explanation
-        self.sentence.setText(html.escape(explanation.sentence))
+        self.sentence.setText(explanation.sentence)
