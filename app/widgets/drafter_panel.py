@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_LABELS
 from app.engine.settings import MAX_K, MAX_TREE_NODES, DecodeSettings
-from app.widgets.fields import spin_box
+from app.widgets.fields import CheckedDoubleSpinBox, CheckedSpinBox, spin_box
 
 THROTTLE_MS = 120
 VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
@@ -73,6 +73,8 @@ class DrafterPanel(QWidget):
         for part in (self.chain_box, self.k_box, self.verify_box, self.error):
             column.addWidget(part)
         column.addStretch(1)
+        for field in [*self.findChildren(CheckedSpinBox), *self.findChildren(CheckedDoubleSpinBox)]:
+            field.sig_range_error.connect(self.show_error)  # a number out of range is said, not silently replaced
         self._sync_enabled()
 
     # --- construction ------------------------------------------------------------
@@ -121,7 +123,7 @@ class DrafterPanel(QWidget):
     def _spin_and_slider(self, label: QLabel, spin_range: tuple[int, int], slider_range: tuple[int, int],
                          value: int) -> tuple[QSpinBox, QSlider, QHBoxLayout]:
         """A spin box over the whole range and a slider over its usual part, kept in step; edits apply live."""
-        spin = QSpinBox()
+        spin = CheckedSpinBox(label.text(), f"{label.text()}: {spin_range[0]} to {spin_range[1]}")
         spin.setRange(*spin_range)
         spin.setValue(value)
         slider = QSlider(Qt.Orientation.Horizontal)

@@ -254,3 +254,22 @@ def test_the_lesson_runs_a_step_live_and_points_at_the_pass_its_sentence_is_abou
     window.lesson.next_button.click()  # step 2 has the same settings: the same run is explained, none is started
     assert not window.is_generating and len(window.session.passes) == passes
     assert window.lesson.explanation == explain_step(STEPS[1], run, {})
+
+
+# ---------------------------------------------------------------- out-of-range fields
+
+
+def test_an_out_of_range_number_is_reported_not_silently_replaced(qtbot, fake_window):
+    panel = fake_window.drafters
+    spin = panel.k_spin
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin.lineEdit(), "1000")
+    assert spin.range_error is not None and "is out of range" in spin.range_error  # said at "100" already
+    assert panel.error.text() == spin.range_error and "K must be from 1 to" in panel.error.text()
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin.lineEdit(), "6")
+    assert spin.range_error is None and not panel.error.text()
+    fields = fake_window.controls.max_tokens
+    fields.lineEdit().selectAll()
+    qtbot.keyClicks(fields.lineEdit(), "0")
+    assert fields.range_error is not None and fields.range_error.startswith("Max new tokens must be from 1")
