@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.engine import Engine, LocalEngine, ModelsSummary
+from app.engine.paths import heads_folder_problem, model_path_problem
 from app.engine.remote import EngineProcess
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.runs import RunController
@@ -385,8 +386,13 @@ class MainWindow(QMainWindow):
     def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
 
-        `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
+        `watch(thread)` is called before the thread starts, so even an instant failure reaches it. A folder that
+        does not exist is reported at once, with no load (and no progress bar) started.
         """
+        problem = request_path_problem(request)
+        if problem is not None and not self.is_loading:
+            self._on_load_failed(problem)
+            return None
         return self.runs.load(request, watch)
 
     @property
@@ -433,6 +439,10 @@ class MainWindow(QMainWindow):
     def _load_from_dialog(self, dialog: ModelDialog, request: dict) -> None:
         if self.is_busy:
             dialog.show_error("Stop the running generation or race before loading other models.")
+            return
+        problem = request_path_problem(request)
+        if problem is not None:  # said at once, with no progress bar for a load that cannot start
+            dialog.show_error(f"Could not load the models: {problem}")
             return
         if self.load_models_async(request, watch=dialog.watch) is None:
             dialog.show_error("A load is already running: wait for it, or cancel it in the status bar.")
@@ -900,6 +910,17 @@ class MainWindow(QMainWindow):
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
+
+
+def request_path_problem(request: dict) -> str | None:
+    """What is wrong with the model or heads folders a load request names, before anything loads (None: a hub id
+    or a folder that looks loadable)."""
+    for key in ("target", "draft"):
+        name = request.get(key)
+        if name and (problem := model_path_problem(name)) is not None:
+            return problem
+    heads = request.get("heads")
+    return heads_folder_problem(heads) if heads else None
 
 
 def _clamp(value: int, low: int, high: int) -> int:
