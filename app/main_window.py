@@ -310,7 +310,7 @@ class MainWindow(QMainWindow):
         self.presentation.stream.sig_pass_selected.connect(self.sig_pass_selected)
         self.inspector.sig_pass_shown.connect(self.presentation.stream.highlight_pass)
         theme_hub().sig_changed.connect(self.presentation.apply_theme)
-        self.drafters.sig_changed.connect(self._show_active_drafter)
+        self.settings_model.sig_invalid.connect(self._show_active_drafter)  # emitted by every push (None: valid)
         self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
         self.session.sig_refresh.connect(self._show_progress)
         self.session.sig_ended.connect(self._on_ended)
@@ -755,7 +755,7 @@ class MainWindow(QMainWindow):
         width = self.width()
         room = SIDE_PANEL_FRAME_PX
         prompt = max(_clamp(width * 22 // 100, 230, 360), self.controls.minimumSizeHint().width() + room)
-        drafters = _clamp(width * 25 // 100, 250, 420)
+        drafters = _clamp(width * 25 // 100, 280, 420)
         self.resizeDocks([self.controls_dock, self.drafters_dock], [prompt, drafters], Qt.Orientation.Horizontal)
 
     def _charts_share(self) -> int:

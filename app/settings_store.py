@@ -101,7 +101,7 @@ class SettingsStore:
                              hide_rejected=_as_bool(value("view/hide_rejected", False)),
                              step_mode=_as_bool(value("view/step_mode", False)),
                              guide_seen=_as_bool(value("guide/seen", False)),
-                             passes_per_s=max(0.0, float(value("view/passes_per_s", 0.0) or 0.0)),
+                             passes_per_s=max(0.0, float(str(value("view/passes_per_s", 0.0) or 0.0))),
                              pass_rows=_as_bool(value("view/pass_rows", False)))
 
     # --- writing -------------------------------------------------------------------------------

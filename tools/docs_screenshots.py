@@ -137,6 +137,8 @@ def show_normal(app, window) -> None:
     ready_prompt(window, lambda r: r.drafters == ("draft-model",) and r.verify == "greedy", 96)
     run_to_end(app, window)
     window.token_view.select_pass(len(window.session.passes) // 2)
+    window.charts_dock.raise_()  # every chart in view
+    window.charts.refresh()
 
 
 def show_presentation(app, window) -> None:

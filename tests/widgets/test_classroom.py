@@ -273,3 +273,27 @@ def test_an_out_of_range_number_is_reported_not_silently_replaced(qtbot, fake_wi
     fields.lineEdit().selectAll()
     qtbot.keyClicks(fields.lineEdit(), "0")
     assert fields.range_error is not None and fields.range_error.startswith("Max new tokens must be from 1")
+
+
+def test_speed_and_one_pass_per_line_are_remembered(qtbot, make_window):
+    window = make_window(FakeEngine())
+    window.speed.set_rate(2.0)
+    window.pass_rows_action.setChecked(True)
+    window.close()  # saves
+    again = make_window(FakeEngine())
+    assert again.speed.rate == 2.0 and again.speed.interval_s == 0.5
+    assert again.pass_rows_action.isChecked() and again.token_view.pass_rows
+
+
+def test_the_status_bar_names_the_drafter_in_use(qtbot, fake_window):
+    fake_window.settings_model.use(drafters=("prompt-lookup",))
+    assert "prompt-lookup" in fake_window.status.models_label.text()
+    fake_window.settings_model.use(drafters=("draft-model",))
+    assert "fake-draft" in fake_window.status.models_label.text()
+
+
+def test_help_lists_the_shortcuts_of_presentation_mode(qtbot, fake_window):
+    box = fake_window.show_shortcuts()
+    qtbot.addWidget(box)
+    for words in ("Ctrl+Enter", "F11", "Space", "one pass per line"):
+        assert words in box.text()
