@@ -238,7 +238,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self.open_sweep_action = file_menu.addAction("Open ASD sweep…", self.asd_view.choose_file)
         file_menu.addSeparator()
-        file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
+        file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.request_quit)
         edit_menu = self.menuBar().addMenu("&Edit")
         self.copy_text_action = edit_menu.addAction("Copy generated &text", self.copy_generated_text)
         self.copy_text_action.setShortcut(QKeySequence("Ctrl+Shift+C"))
@@ -902,8 +902,15 @@ class MainWindow(QMainWindow):
                                       QMessageBox.StandardButton.No)
         return answer == QMessageBox.StandardButton.Yes
 
-    def closeEvent(self, event) -> None:
+    def request_quit(self) -> bool:
+        """File → Quit (Ctrl+Q): during a run, ask first; True if the window closed."""
         if self.is_busy and not self.confirm_quit():
+            return False
+        return self.close()
+
+    def closeEvent(self, event) -> None:
+        # The window's close button asks as Quit does; a close from code (shutdown, tests) never asks.
+        if event.spontaneous() and self.is_busy and not self.confirm_quit():
             event.ignore()
             return
         self.hide()  # the window goes at once, even while a load finishes its current step

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in ("all", "classroom"):
         jobs += [(classroom / f"{name}-{w}x{h}.png", (w, h), show) for w, h in CLASSROOM_SIZES
                  for name, show in (("normal", show_normal), ("presentation", show_presentation))]
+        jobs.append((classroom / "presentation-rows-1600x1000.png", (1600, 1000), show_pass_rows))
     if args.only in ("all", "lesson"):
         from app.teaching.lesson import STEPS
 
@@ -151,6 +152,14 @@ def show_presentation(app, window) -> None:
     run_to_end(app, window)
     window.presentation.charts.refresh()
     window.move_pass(0)
+
+
+def show_pass_rows(app, window) -> None:
+    """Presentation mode, one pass per line (Leviathan et al.'s Figure 1), beside tokens per pass."""
+    window.set_pass_rows(True)
+    show_presentation(app, window)
+    window.presentation.show_view(2)
+    window.presentation.charts.refresh()
 
 
 def show_lesson_step(app, window, index: int) -> None:

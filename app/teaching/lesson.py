@@ -101,9 +101,13 @@ def explain_verification(run: LessonRun, _runs: dict[str, LessonRun]) -> Explana
         return Explanation("No pass after the first drafted two tokens or more, so there is no verification "
                            "to time in this run.")
     cost = run.end.stats.verify_cost if run.end is not None else None
-    cost_words = (f" Over this run one verification forward cost {cost:.2f} times an ordinary one-token step, "
-                  f"so checking {len(event.drafted)} drafts costs about one step, not {len(event.drafted)}."
-                  if cost is not None else "")
+    n = len(event.drafted)
+    cost_words = ""
+    if cost is not None:
+        verdict = (f"checking {n} drafts together costs far less than {n} separate steps" if cost < n / 2 else
+                   f"here that is not much cheaper than {n} separate steps, so drafting cannot pay much")
+        cost_words = (f" Over this run one verification forward cost {cost:.2f} times an ordinary one-token step: "
+                      f"{verdict}.")
     return Explanation(
         f"Pass {event.index}: the target read the last committed token and all {len(event.drafted)} drafts in "
         f"one forward pass ({event.timing.verify_ms:.1f} ms), and got its own prediction for every position "

@@ -38,6 +38,7 @@ class PresentationPage(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setObjectName("presentationPage")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)  # its style sheet's background is drawn
         self.title = QLabel()
         self.title.setObjectName("presentationTitle")
         self.title.setWordWrap(True)

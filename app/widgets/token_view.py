@@ -74,11 +74,7 @@ class TokenView(QPlainTextEdit):
         self._row_format = QTextBlockFormat()
         self._row_format.setProperty(ts.PASS_ROW_PROPERTY, True)
         self._marker_format = change_marker_format(ts.is_dark(self.palette()))
-        self._tree_format = QTextCharFormat()
-        self._tree_format.setProperty(ts.TREE_MARK_PROPERTY, True)
-        self._tree_format.setForeground(QColor("#a0a0a0"))
-        self._tree_format.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignSuperScript)
-        self._tree_format.setFontWeight(QFont.Weight.Normal)
+        self._tree_format = tree_mark_format()
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -405,6 +401,16 @@ class TokenView(QPlainTextEdit):
             self._formats = ts.make_formats(ts.is_dark(self.palette()))
             self._marker_format = change_marker_format(ts.is_dark(self.palette()))
             self.rebuild()
+
+
+def tree_mark_format() -> QTextCharFormat:
+    """A tree pass's branch count: small grey superscript, no text."""
+    fmt = QTextCharFormat()
+    fmt.setProperty(ts.TREE_MARK_PROPERTY, True)
+    fmt.setForeground(QColor("#767676"))  # 4.5:1 on white
+    fmt.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignSuperScript)
+    fmt.setFontWeight(QFont.Weight.Normal)
+    return fmt
 
 
 def change_marker_format(dark: bool) -> QTextCharFormat:

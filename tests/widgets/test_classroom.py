@@ -228,7 +228,7 @@ def test_ctrl_q_during_a_run_asks_first(qtbot, make_window):
     window.confirm_quit = lambda: asked.append(True) or False  # the user answers No
     with qtbot.waitSignal(window.sig_run_finished, timeout=RUN_MS):
         assert window.start_generation()
-        window.close()
+        assert not window.request_quit()  # what Ctrl+Q does
         assert asked and window.isVisible() and window.is_generating
         window.stop_generation()
 
