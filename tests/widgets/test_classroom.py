@@ -297,3 +297,11 @@ def test_help_lists_the_shortcuts_of_presentation_mode(qtbot, fake_window):
     qtbot.addWidget(box)
     for words in ("Ctrl+Enter", "F11", "Space", "one pass per line"):
         assert words in box.text()
+
+
+def test_the_race_headline_is_larger_than_its_body_text_in_both_layouts(qtbot, fake_window):
+    view = fake_window.race_view
+    for classroom in (False, True):
+        fake_window.set_classroom(classroom)
+        assert QFontInfo(view.headline.font()).pixelSize() > QFontInfo(view.verdict.font()).pixelSize()
+        assert view.headline.font().bold()
