@@ -16,14 +16,9 @@ from PySide6.QtGui import QColor, QImage, QTextCharFormat, QTextCursor, QTextDoc
 from PySide6.QtWidgets import QCheckBox, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.widgets import token_style as ts
-from app.widgets.token_view import TREE_MARK, change_marker_format, tree_mark_format
 
-SHOWN = (ts.PROMPT, ts.ACCEPTED, ts.REJECTED, ts.RESAMPLED, ts.BONUS, ts.ASD_EXCEPTION, ts.TARGET)
-# Marks in the stream that are no text: a tree pass's branch count, and a change of drafter, K or rule.
-MARKS = ((f"{TREE_MARK}3", "tree", "a pass that verified a token tree, and its number of branches"),
-         ("⟂ change", "change", "the drafter, K or verification rule changed here (not generated text)"))
+SHOWN = (ts.ACCEPTED, ts.REJECTED, ts.RESAMPLED, ts.BONUS, ts.ASD_EXCEPTION, ts.TARGET)
 SHORT_LABELS = {
-    ts.PROMPT: "prompt",
     ts.ACCEPTED: "accepted",
     ts.REJECTED: "rejected",
     ts.RESAMPLED: "resampled",
@@ -49,8 +44,7 @@ class TokenLegend(QWidget):
         self.sample.viewport().setAutoFillBackground(False)
         # QTextEdit re-wraps its document to the viewport's width; the height follows every re-wrap.
         self.sample.document().documentLayout().documentSizeChanged.connect(self._fit_height)
-        self.sample.setToolTip("<br>".join([f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN]
-                                           + [f"<b>{mark}</b>: {words}" for mark, _, words in MARKS]))
+        self.sample.setToolTip("<br>".join(f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN))
         self.sample.viewport().installEventFilter(self)  # its width picks the labels; an entry's own tooltip
         self.hide_rejected = QCheckBox("Hide rejected", self.sample.viewport())  # placed in the flow of text
         self.hide_rejected.setToolTip("Hide the struck-through ghost text of rejected drafts")
@@ -74,13 +68,6 @@ class TokenLegend(QWidget):
         cursor = QTextCursor(document)
         for name in SHOWN:
             cursor.insertText(labels[name], formats[name])
-            cursor.insertText(GAP, QTextCharFormat())
-        dark = ts.is_dark(self.palette())
-        for (mark, short_label, words), look in zip(MARKS, (tree_mark_format(), change_marker_format(dark)),
-                                                    strict=True):
-            entry = QTextCharFormat(look)
-            entry.setToolTip(words)
-            cursor.insertText(mark if short or mark.startswith("⟂") else f"{mark} {short_label}", entry)
             cursor.insertText(GAP, QTextCharFormat())
         place = QTextImageFormat()
         place.setName(BOX_SPACE.toString())
