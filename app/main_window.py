@@ -443,6 +443,7 @@ class MainWindow(QMainWindow):
         problem = request_path_problem(request)
         if problem is not None:  # said at once, with no progress bar for a load that cannot start
             dialog.show_error(f"Could not load the models: {problem}")
+            self._on_load_failed(problem)
             return
         if self.load_models_async(request, watch=dialog.watch) is None:
             dialog.show_error("A load is already running: wait for it, or cancel it in the status bar.")
