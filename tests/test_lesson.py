@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
 from app.engine.events import ACCEPTED, BONUS, REJECTED, EndEvent, PassEvent
 from app.engine.settings import DecodeSettings
-from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
 from app.teaching.lesson import STEPS, LessonRun, explain_step, shown
+
+pytestmark = pytest.mark.slow  # six generations on the bundled family
 
 PROMPT = "for i in range(10):"
 
@@ -22,7 +24,7 @@ def models():
 @pytest.fixture(scope="module")
 def runs(models):
     """Every step's run, as the lesson panel makes them (steps with the same settings share one run)."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
 
     decoder = SpeculativeDecoder(models)
     done: dict[str, LessonRun] = {}

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, REJECTED, RESAMPLED, EndEvent, PassEvent
-from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
 
 LESSON_K = 4
 LESSON_TOKENS = 48  # enough passes for every event a step looks for, few enough to read
