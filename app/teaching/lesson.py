@@ -119,6 +119,7 @@ def explain_greedy(run: LessonRun, _runs: dict[str, LessonRun]) -> Explanation:
     if event is None:
         return Explanation("Every draft of this run matched the target's choice: no rejection to show. "
                            "Try another prompt.")
+    assert event.appended is not None
     kept = [t for t in event.drafted if t.outcome == ACCEPTED]
     rejected = next(t for t in event.drafted if t.outcome == REJECTED)
     kept_words = (f"{len(kept)} draft{'s' if len(kept) != 1 else ''} ({', '.join(shown(t.text) for t in kept)}) "

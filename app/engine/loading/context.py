@@ -34,7 +34,7 @@ def check_prompt_fits(prompt_tokens: int, context_length: int) -> None:
                                   "tokens or more")
 
 
-def prompt_ids(tokenizer, prompt: str, chat_template: bool = False) -> list[int]:
+def encode_prompt_ids(tokenizer, prompt: str, chat_template: bool = False) -> list[int]:
     """The prompt's token ids as the target reads them (wrapped in the chat template when asked)."""
     if not chat_template:
         return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
@@ -56,6 +56,6 @@ def check_prompt_before_loading(target: str, prompt: str, chat_template: bool = 
         config = AutoConfig.from_pretrained(folder)
     except Exception:  # noqa: BLE001 - the load names what is wrong with the folder or id
         return 0
-    ids = prompt_ids(tokenizer, prompt, chat_template)
+    ids = encode_prompt_ids(tokenizer, prompt, chat_template)
     check_prompt_fits(len(ids), context_length_of(config))
     return len(ids)
