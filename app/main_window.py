@@ -628,7 +628,10 @@ class MainWindow(QMainWindow):
 
     def _lesson_step_ended(self, end) -> None:
         step, self._lesson_step = self._lesson_step, None
-        if step is None or self.session.start is None:
+        if step is None:
+            return
+        if self.session.start is None or end.reason == "error":
+            self.lesson.show_failure(f"The step's run failed: {failure_text(end.error or '')}")
             return
         run = LessonRun(self.session.start.settings, tuple(self.session.passes), end)
         explanation = self.lesson.show_result(step, run)
