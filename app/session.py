@@ -27,9 +27,11 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine.core.stats import (
+    AcceptanceHistogram,
     PositionAcceptance,
     RankAcceptance,
     RollingAcceptance,
+    acceptance_summary,
     expected_tokens_per_pass,
     expected_tree_tokens,
     predicted_speedup,
@@ -39,6 +41,7 @@ from app.engine.core.stats import (
 from app.engine.events import (
     ACCEPTED,
     ASD_EXCEPTION,
+    AcceptanceSummary,
     EndEvent,
     NoticeEvent,
     PassEvent,
@@ -67,7 +70,7 @@ class GrowingColumns:
         self._data = np.full((len(names), capacity), NAN)
         self.size = 0
 
-    def append(self, row: dict[str, float]) -> None:
+    def append(self, row: dict[str, float | None]) -> None:
         if self.size == self._data.shape[1]:
             grown = np.full((len(self.names), 2 * self.size), NAN)
             grown[:, : self.size] = self._data
@@ -150,6 +153,7 @@ class Session(QObject):
         self.by_drafter: dict[str, DrafterSeries] = {}
         self._overall = RollingAcceptance(ROLLING_PASSES)
         self.positions = PositionAcceptance()
+        self.histogram = AcceptanceHistogram()  # drafting passes by drafts accepted (§7.7)
         self._ranks = RankAcceptance()  # P_r by sibling rank, for the expected tokens of tree passes
         self.changes: list[SettingChange] = []
         self._text_parts: list[str] = []
@@ -198,6 +202,7 @@ class Session(QObject):
             self.by_drafter.setdefault(event.drafter, DrafterSeries()).add(event)
         self._overall.add(event.drafted)
         self.positions.add(event.drafted)
+        self.histogram.add(event.drafted, event.tree)
         if event.tree:
             self._ranks.add_tree(event.tree)
         else:
@@ -293,6 +298,12 @@ class Session(QObject):
         if self.start is not None and "k" in self.start.settings:
             return int(self.start.settings["k"])
         return self.passes[-1].k if self.passes else None
+
+    def acceptance_summary(self) -> AcceptanceSummary:
+        """The field's figures and the acceptance histogram (§7.7): the engine's at the end, else the passes' so far."""
+        if self.end is not None and self.end.acceptance is not None:
+            return self.end.acceptance
+        return acceptance_summary(self.histogram, self._overall.total, self.positions)
 
     def position_rates(self) -> list[float | None]:
         """alpha_i over the positions the target tested (docs/ALGORITHMS.md §7.4)."""

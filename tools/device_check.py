@@ -297,9 +297,10 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
 
 def environment(device: str) -> dict:
     import torch
-    import transformers
 
-    info = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+    from app.engine.hf_compat import versions
+
+    info = {"device": device, **versions(),
             "python": platform.python_version(), "cpus": os.cpu_count(),
             "load_average": list(os.getloadavg())}
     if device.startswith("cuda") and torch.cuda.is_available():

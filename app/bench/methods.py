@@ -38,6 +38,7 @@ import torch
 from app.engine.core.stats import GenerationStats, predicted_speedup_of_passes
 from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event, PassEvent
+from app.engine.hf_compat import versions
 from app.engine.loading import LoadedModels
 from app.engine.runtime.devices import synchronize
 from app.engine.settings import DecodeSettings, RepetitionSettings
@@ -77,6 +78,8 @@ class MethodResult:
     alpha: float | None = None
     acceptance_rate: float | None = None
     tokens_per_pass: float | None = None
+    mean_acceptance_length: float | None = None  # 1 + accepted / drafting passes, as vLLM and SGLang report it
+    acceptance_histogram: list[int] | None = None  # drafting passes that accepted exactly j drafts (§7.7)
     expected_tokens_per_pass: float | None = None
     c: float | None = None
     predicted: float | None = None
@@ -120,7 +123,7 @@ def timed_generation(decoder: SpeculativeDecoder, prompt: str,
     its wall time in seconds (device synchronised) and its end event."""
     decoder.forget_caches()
     started = time.perf_counter()
-    events = list(decoder.generate(prompt, settings))
+    events = list(decoder.generate(prompt, settings, inspect=False))  # the bench shows no inspector
     synchronize(decoder.models.device)
     seconds = time.perf_counter() - started
     end = events[-1]
@@ -280,11 +283,11 @@ def _add_pass_figures(result: MethodResult, runs: list[Run]) -> None:
             stats.add_forward(run.target_forward_ms)  # t_T of its timed forwards (plain steps were added above)
     passes = [p for run in runs for p in run.passes]
     result.tokens_per_pass = stats.tokens_per_pass
-    total = sum(p.timing.total_ms for p in passes)
-    forwards = sum(p.timing.draft_ms + p.timing.verify_ms for p in passes)
-    result.overhead = 1 - forwards / total if total else None
+    result.overhead = stats.overhead
     result.alpha, result.acceptance_rate, result.c = stats.alpha, stats.acceptance_rate, stats.c
     result.expected_tokens_per_pass = stats.expected_tokens_per_pass
+    result.mean_acceptance_length = stats.histogram.mean_acceptance_length
+    result.acceptance_histogram = stats.histogram.counts()
     if result.alpha is not None and result.c is not None:
         result.predicted = predicted_speedup_of_passes(result.alpha, result.c, [len(p.drafted) for p in passes])
 
@@ -332,7 +335,8 @@ def describe_identity(models: LoadedModels, decoder: SpeculativeDecoder, prompts
 
 COLUMNS = [("method", "method", "{}"), ("tokens/s", "tokens_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
            ("alpha", "alpha", "{:.2f}"), ("rate", "acceptance_rate", "{:.2f}"),
-           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
+           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("acc len", "mean_acceptance_length", "{:.2f}"),
+           ("E", "expected_tokens_per_pass", "{:.2f}"), ("c", "c", "{:.3f}"),
            ("predicted", "predicted", "{:.2f}x"), ("efficiency", "efficiency", "{:.2f}"),
            ("overhead", "overhead", "{:.1%}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
            ("identical", "identity", "{}")]
@@ -363,4 +367,5 @@ def plain_table(results: list[MethodResult]) -> str:
 
 
 def to_json(results: list[MethodResult], meta: dict) -> str:
-    return json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2)
+    """The results and `meta`, with the versions of torch and transformers that produced them."""
+    return json.dumps({"meta": {**meta, **versions()}, "results": [asdict(r) for r in results]}, indent=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from app.engine.hf_compat import versions
 from tools import device_check
 
 
@@ -38,6 +39,7 @@ def test_device_check_runs_every_section_at_tiny_size_on_cpu(tmp_path):
         assert shape["goals"]["fast_autoregressive_times_bound"] > 0
         assert shape["goals"]["fast_draft_model_vs_hf_assisted"] > 0
     assert report["meta"]["device"] == "cpu" and report["meta"]["tiny"] is True
+    assert report["meta"]["transformers"] == versions()["transformers"]
 
 
 def test_a_failing_section_is_recorded_and_fails_the_run(tmp_path, monkeypatch):

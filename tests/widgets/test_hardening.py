@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QSpinBox
 
 from app.engine.drafters.model_drafter import ModelDrafter
+from app.engine.load_request import LoadRequest
 from app.engine.settings import DecodeSettings
 from tests.engine.helpers import fail_on_call
 from tests.widgets.fakes import FakeEngine
@@ -85,7 +86,8 @@ def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real
     window.controls.max_tokens.setValue(60)
     run_to_end(qtbot, window)
     session = window.session
-    assert session.end.reason == "error" and "OutOfMemoryError" in window.banner.text()
+    assert session.end.reason == "error" and "ran out of memory" in window.banner.text()
+    assert "OutOfMemoryError" not in window.banner.text()  # plain words, no class names
     assert "memory was released" in window.banner.text()
     assert window.token_view.token_count > 0 and session.generated_text
     assert window.controls.prompt_text == "def add(a, b):"
@@ -178,7 +180,7 @@ def test_closing_while_models_load_returns_promptly_and_discards_the_result(qtbo
     monkeypatch.setattr(loading, "load_models", slow_load)
     window = make_window(FakeEngine())
     engine = window.engine
-    window.load_models_async(dict(target="slow", draft=None, device="cpu", dtype="auto"))
+    window.load_models_async(LoadRequest(target="slow", device="cpu"))
     qtbot.waitUntil(lambda: len(steps) >= 2, timeout=RUN_MS)
     started = time.monotonic()
     window.close()
@@ -204,7 +206,7 @@ def test_corrupted_settings_values_are_ignored_with_a_warning(qtbot, make_window
     store.sync()
     window = make_window(FakeEngine())
     assert window.live.get().k == DecodeSettings().k
-    assert window.model_request["target"] is None
+    assert window.model_request.target is None
     window.controls.prompt.setPlainText("still works")
     window.controls.max_tokens.setValue(5)
     run_to_end(qtbot, window)

@@ -47,7 +47,9 @@ GOAL = 0.05
 @contextmanager
 def step_timers():
     """Wrap the decoder's per-pass steps; yields a dict step -> ms, summed until reset."""
+    from app.engine.core import rules
     from app.engine.core.sampling import TokenSampler
+    from app.engine.decoding import blocks
     from app.engine.decoding import decoder as dec
 
     spent: dict[str, float] = defaultdict(float)
@@ -62,8 +64,9 @@ def step_timers():
         return wrapper
 
     patches = [(dec, "token_texts", "detok"), (dec, "drafted_tokens", "tokens"), (dec, "appended_token", "tokens"),
-               (dec, "pass_detail", "inspector"), (dec, "block_reads", "inspector"), (TokenSampler, "probs", "softmax"),
-               (dec.SpeculativeDecoder, "_verify", "verify_rule")]
+               (dec, "pass_detail", "inspector"), (blocks, "block_reads", "inspector"),
+               (TokenSampler, "probs", "softmax"),
+               *((rule, "chain", "verify_rule") for rule in (rules.Greedy, rules.Sampling, rules.Asd))]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for owner, name, step in patches:
         setattr(owner, name, timed(step, getattr(owner, name)))

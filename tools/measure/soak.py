@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from app.engine.load_request import LoadRequest
 from tools.options import add_threads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,33 +102,33 @@ class Heartbeat:
 
 
 # --- models and window -------------------------------------------------------------------------------------
-def model_request(target: str | None, draft: str | None, scratch: Path) -> dict:
+def model_request(target: str | None, draft: str | None, scratch: Path) -> LoadRequest:
     """The given models, else a tiny long-context pair that never stops early."""
     if target is not None:
-        return dict(target=target, draft=draft, device="auto", dtype="auto")
+        return LoadRequest(target=target, draft=draft)
     from tests.tiny_models import tiny_pair  # the test suite's model builder: random weights, no download
 
     target, draft = map(str, tiny_pair(scratch / "models", "llama", context=LONG_CONTEXT, mute_eos=True))
-    return dict(target=target, draft=draft, device="cpu", dtype="float32")
+    return LoadRequest(target=target, draft=draft, device="cpu", dtype="float32")
 
 
-def load(request: dict):
+def load(request: LoadRequest):
     """(models, decoder) in this process: the headless runs, and the window's with --engine thread."""
     from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
-    models = load_models(**request)
+    models = load_models(**request.to_dict())
     return models, SpeculativeDecoder(models)
 
 
-def start_engine_process(request: dict, threads: int):
+def start_engine_process(request: LoadRequest, threads: int):
     """The window's own set-up: the models in an engine process (app/engine/remote.py)."""
     from app.engine.remote import EngineProcess
 
     return EngineProcess(request, threads=threads)
 
 
-def window_engine(request: dict, models, decoder, kind: str, threads: int):
+def window_engine(request: LoadRequest, models, decoder, kind: str, threads: int):
     """The engine the window talks to: the headless models in this process (--engine thread), or an
     engine process."""
     from app.engine.engine import LocalEngine

@@ -7,6 +7,13 @@ Notation (docs/ALGORITHMS.md §6-§7). A pass drafts K' tokens; per run
     alpha             = A / (A + R)                 acceptance per tested position, the α of E and speedup (§7.1)
     acceptance_rate   = A / D                       the draft acceptance rate of vLLM and Spec-Bench (§7.2)
     alpha_i           = accepted at i / tested at i per draft position; the i.i.d. model says alpha_i = alpha (§7.4)
+
+In the terms vLLM and SGLang report (§7.7), over the N drafting passes (passes that drafted at least one token):
+
+    mean acceptance length  tau   = 1 + A / N                 the bonus (or correction) token counted
+    per-position rate       r_i   = passes that accepted position i / N = P(j > i), unconditional (vLLM)
+    histogram               h_j   = passes that accepted exactly j drafts, j = 0..K; sum_j h_j = N
+    i.i.d. prediction       E[h_j] = sum_K n_K P_K(j),  P_K(j) = alpha^j (1 - alpha) for j < K, alpha^K at j = K
     c                 = t_D / t_T                   draft time per drafted token over one target forward of one token
     E(alpha, K)       = (1 - alpha^(K+1)) / (1 - alpha)          tokens per pass (§6.1)
     speedup(alpha, K, c)    = E(alpha, K) / (K c + 1)            Leviathan et al. (§6.2)
@@ -33,6 +40,7 @@ from app.engine.events import (
     ACCEPTED,
     ASD_EXCEPTION,
     CLIPPED,
+    AcceptanceSummary,
     DraftedToken,
     PassEvent,
     RunningStats,
@@ -212,6 +220,88 @@ class PositionAcceptance:
         return [a / t if t else None for a, t in zip(self.accepted, self.tested, strict=True)]
 
 
+def truncated_geometric(alpha: float, k: int) -> list[float]:
+    """P(j accepted) for j = 0..K under the i.i.d. model: α^j (1 − α) for j < K, α^K at j = K (§7.7)."""
+    return [alpha ** j * (1.0 - alpha) for j in range(k)] + [alpha ** k]
+
+
+def testable_drafts(drafted: Sequence[DraftedToken]) -> int:
+    """K_j of the i.i.d. model: the drafts before the first clipped one, the positions the target could test.
+
+    A clipped pass is the censored observation of §7.3: it enters as a pass of the kept length.
+    """
+    return next((i for i, token in enumerate(drafted) if token.outcome == CLIPPED), len(drafted))
+
+
+@dataclass
+class AcceptanceHistogram:
+    """Drafting passes by the drafts they accepted, in the terms vLLM and SGLang report (§7.7).
+
+    accepted[j] = drafting passes that accepted exactly j drafts; testable[K] = chain drafting passes that
+    could test K drafts (their K_j, from which the i.i.d. prediction is built). A tree pass counts the drafts
+    of its accepted path; the chain model does not describe it (its model is rank-wise, §9.4).
+    """
+
+    accepted: Counter[int] = field(default_factory=Counter)
+    testable: Counter[int] = field(default_factory=Counter)
+    tree_passes: int = 0
+
+    def add(self, drafted: Sequence[DraftedToken], tree: Sequence[TreeNode] | None = None) -> None:
+        if not drafted:
+            return  # a plain step drafted nothing: no drafting pass (vLLM counts no draft either)
+        self.accepted[sum(tested_positions(drafted))] += 1
+        if tree:
+            self.tree_passes += 1
+        else:
+            self.testable[testable_drafts(drafted)] += 1
+
+    @property
+    def drafting_passes(self) -> int:
+        """N: vLLM's num_drafts, SGLang's verify count."""
+        return sum(self.accepted.values())
+
+    @property
+    def longest(self) -> int:
+        """The last bin j = K_max: the most drafts a pass accepted or could have accepted."""
+        return max(max(self.accepted, default=0), max(self.testable, default=0))
+
+    def counts(self) -> list[int]:
+        """Drafting passes that accepted exactly j drafts, j = 0..K_max; they sum to N."""
+        return [self.accepted[j] for j in range(self.longest + 1)]
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """τ = 1 + accepted / N: tokens per drafting pass, the bonus or correction counted."""
+        passes = self.drafting_passes
+        return 1.0 + sum(j * n for j, n in self.accepted.items()) / passes if passes else None
+
+    def acceptance_by_position(self) -> list[float]:
+        """vLLM's unconditional per-position rate: passes that accepted position i / N = P(j > i)."""
+        counts, passes = self.counts(), self.drafting_passes
+        return [sum(counts[i + 1:]) / passes for i in range(self.longest)] if passes else []
+
+    def predicted(self, alpha: float | None) -> list[float] | None:
+        """Expected passes with exactly j accepted under the i.i.d. model, Σ_K n_K · P_K(j); None for tree runs."""
+        if alpha is None or self.tree_passes:
+            return None
+        expected = [0.0] * (self.longest + 1)
+        for k, n in self.testable.items():
+            for j, p in enumerate(truncated_geometric(alpha, k)):
+                expected[j] += n * p
+        return expected
+
+
+def acceptance_summary(histogram: AcceptanceHistogram, acceptance: Acceptance,
+                       positions: PositionAcceptance) -> AcceptanceSummary:
+    """The field's figures (§7.7) of some passes, beside α (§7.1) and the conditional α_i (§7.4) of the same."""
+    predicted = histogram.predicted(acceptance.alpha)
+    return AcceptanceSummary(
+        drafting_passes=histogram.drafting_passes, accepted=acceptance.accepted, drafted=acceptance.judged,
+        mean_acceptance_length=histogram.mean_acceptance_length, draft_acceptance_rate=acceptance.acceptance_rate,
+        acceptance_by_position=tuple(histogram.acceptance_by_position()), alpha_by_position=tuple(positions.rates()),
+        histogram=tuple(histogram.counts()), predicted_histogram=None if predicted is None else tuple(predicted))
+
+
 def rank_paths(nodes: Sequence[TreeNode]) -> list[tuple[int, ...]]:
     """Per node, the sibling ranks along its path (0 = tried first); nodes are listed parents first."""
     ranks: dict[int, tuple[int, ...]] = {-1: ()}
@@ -239,10 +329,12 @@ class GenerationStats:
     ranks: RankAcceptance = field(default_factory=RankAcceptance)  # P_r, for the tree model (§9.4)
     tree_rank_paths: Counter[tuple[int, ...]] = field(default_factory=Counter)  # tree passes: nodes' rank paths
     tree_passes: int = 0
+    histogram: AcceptanceHistogram = field(default_factory=AcceptanceHistogram)  # drafting passes by accepted (§7.7)
     _drafted: int = 0  # drafted tokens of the drafting passes, clipped ones included (they cost draft time)
     _draft_ms: float = 0.0
     _drafting_passes: int = 0
     _drafting_verify_ms: float = 0.0
+    _forwards_ms: float = 0.0  # draft and verify time of every pass
     _sorted_forward_ms: list[float] = field(default_factory=list)  # forward_ms in order, for its median per pass
 
     def add(self, event: PassEvent) -> None:
@@ -258,8 +350,10 @@ class GenerationStats:
         self.tokens += committed
         self.elapsed_ms += timing.total_ms
         self.verify_ms += timing.verify_ms
+        self._forwards_ms += timing.draft_ms + timing.verify_ms
         self.acceptance.add(drafted)
         self.positions.add(drafted)
+        self.histogram.add(drafted, tree)
         if tree:
             self.tree_passes += 1
             self.tree_rank_paths.update(rank_paths(tree))
@@ -347,11 +441,26 @@ class GenerationStats:
         return self.tokens * t_t / self.elapsed_ms
 
     @property
+    def overhead(self) -> float | None:
+        """The share of pass time outside drafting and the verification forward: the loop's own work (§7.5).
+
+        Verifying K tokens costs about one forward only while this share is small.
+        """
+        if not self.elapsed_ms:
+            return None
+        return 1.0 - self._forwards_ms / self.elapsed_ms
+
+    @property
     def tokens_per_s(self) -> float:
         return 1000.0 * self.tokens / self.elapsed_ms if self.elapsed_ms else 0.0
+
+    def acceptance_summary(self) -> AcceptanceSummary:
+        """The request's acceptance in the field's terms (§7.7), beside α and the conditional α_i."""
+        return acceptance_summary(self.histogram, self.acceptance, self.positions)
 
     def snapshot(self) -> RunningStats:
         return RunningStats(alpha=self.alpha, tokens_per_pass=self.tokens_per_pass, c=self.c,
                             tokens_per_s=self.tokens_per_s, acceptance_rate=self.acceptance_rate,
                             expected_tokens_per_pass=self.expected_tokens_per_pass, verify_cost=self.verify_cost,
-                            estimated_speedup=self.estimated_speedup, target_forward_ms=self.target_forward_ms)
+                            estimated_speedup=self.estimated_speedup, target_forward_ms=self.target_forward_ms,
+                            overhead=self.overhead)

@@ -235,7 +235,12 @@ class TreeVerdict:
 def verify_tree_greedy(tree: TreeDraft, logits: Tensor) -> TreeVerdict:
     """Strict greedy on a tree: the longest path of argmax matches; logits (n+1, V)."""
     y = rowwise.argmax(logits)  # (n+1,)
-    y_host = y.tolist()
+    return greedy_tree_verdict(tree, y.tolist(), y)
+
+
+def greedy_tree_verdict(tree: TreeDraft, y_host: list[int], target_ids: Tensor) -> TreeVerdict:
+    """`verify_tree_greedy` on the host, from each row's argmax `y_host` (n+1 ints; `target_ids` the same as a
+    tensor): a pass reads the argmax together with its event's numbers, then walks the tree."""
     tokens = tree.tokens.tolist()
     path: list[int] = []
     tried: list[int] = []
@@ -250,7 +255,7 @@ def verify_tree_greedy(tree: TreeDraft, logits: Tensor) -> TreeVerdict:
         node = match
     # Greedy compares every child with the argmax at once; all non-matching children of reached nodes are rejected.
     tried = sorted(set(tried) | {c for n in [ROOT, *path] for c in tree.children(n)})
-    return TreeVerdict(tuple(path), y_host[row_of(node)], y, tuple(tried))
+    return TreeVerdict(tuple(path), y_host[row_of(node)], target_ids, tuple(tried))
 
 
 def verify_tree_sampling(tree: TreeDraft, p: Tensor, generator: torch.Generator) -> TreeVerdict:

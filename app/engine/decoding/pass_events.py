@@ -27,6 +27,7 @@ from torch import Tensor
 
 from app.engine.core import rowwise
 from app.engine.core.detok import StreamDetokenizer
+from app.engine.core.rules import INSPECT_TOP, AsdBlockStart
 from app.engine.core.sampling import MASS_SCALE
 from app.engine.core.tree import ROOT, TreeDraft, TreeVerdict, row_of
 from app.engine.core.verify import Rejection, Verdict, fetch
@@ -50,9 +51,6 @@ from app.engine.events import (
     TreeNode,
 )
 from app.engine.runtime.devices import synchronize
-from app.engine.settings import AsdSettings
-
-INSPECT_TOP = 8  # entries of p, q and the residual kept per row for the pass inspector
 
 Rows = tuple[tuple[TokenProb, ...], ...]
 
@@ -102,36 +100,62 @@ class Commit:
         return block.draft_ids[: self.kept] + ([self.next_token] if self.next_token is not None else [])
 
 
-@dataclass(frozen=True)
-class AsdBlockStart:
-    """The ASD ledger and knobs in force when the block was verified."""
-
-    remaining: float  # rem = B - s at block start
-    settings: AsdSettings
-
-
 # ---- reading a block back ------------------------------------------------------------------------
 
 
 def block_reads(x: Tensor, p: Tensor, q: Tensor | None, candidates: Tensor,
-                rejection: Rejection | None, p_top_ids: Tensor | None = None) -> dict[str, Tensor]:
+                rejection: Rejection | None, p_top_ids: Tensor | None = None,
+                inspect: bool = True) -> dict[str, Tensor]:
     """What the event shows of a block, gathered where p lives; nothing is read back here.
 
     x (K',) long, p (K'+1, V), candidates (K'+1,) long on p's device; q (K', V) or None. `p_top_ids`
     (K'+1, INSPECT_TOP), when the rule found them already, are the ids of p's largest entries, largest first.
+    The inspector's detail (the top of p and q for every row, the residual's entries) is gathered only when
+    `inspect`: a run nobody inspects does not pay for its searches of the vocabulary.
     """
-    p_top = _top_reads("p_top", p) if p_top_ids is None else {"p_top_values": p.gather(1, p_top_ids),
-                                                               "p_top_ids": p_top_ids}
-    reads = {"p_appended": _at(p, candidates)} | p_top
+    reads = {"p_appended": _at(p, candidates)}
     if x.numel():  # a plain step (K' = 0) has no drafts to gather
         reads["p_x"] = _at(p[: x.numel()], x)
     if q is not None:
-        reads |= {"q_x": _at(q, x.to(q.device))} | _top_reads("q_top", q)
+        reads["q_x"] = _at(q, x.to(q.device))
+    if not inspect:
+        return reads
+    searched: dict[str, Tensor] = {}  # rows whose top is searched, all in one batched top-k
+    if p_top_ids is None:
+        searched["p_top"] = p
+    else:
+        reads |= {"p_top_values": p.gather(1, p_top_ids), "p_top_ids": p_top_ids}
+    if q is not None:
+        searched["q_top"] = q
+    rows = sampled = None
     if rejection is not None:
+        sampled = rejection.token
         q_row = None if q is None else q.index_select(0, rejection.row.to(q.device))[0]
-        reads |= residual_reads(p.index_select(0, rejection.row)[0], q_row, x.index_select(0, rejection.row),
-                                rejection.residual, rejection.token)
+        rows = residual_rows(p.index_select(0, rejection.row)[0], q_row, x.index_select(0, rejection.row),
+                             rejection.residual)  # (3, V)
+        searched["residual"] = rows
+    tops = batched_tops(searched)
+    reads |= _top_reads({name: top for name, top in tops.items() if name != "residual"})
+    if rows is not None and sampled is not None:
+        reads |= residual_entries(rows, tops["residual"][1], sampled)
     return reads
+
+
+def batched_tops(rows: Mapping[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+    """The INSPECT_TOP largest entries of every row of each (R_i, V) tensor, values and ids (R_i, T) each: one
+    top-k over all of them where they share a device and a width (one search, one launch), else one each."""
+    groups: dict[tuple[torch.device, int], list[str]] = {}
+    for name, t in rows.items():
+        groups.setdefault((t.device, t.shape[-1]), []).append(name)
+    tops: dict[str, tuple[Tensor, Tensor]] = {}
+    for names in groups.values():
+        values, ids = rowwise.topk(torch.cat([rows[name].float() for name in names]), INSPECT_TOP)
+        start = 0
+        for name in names:
+            end = start + rows[name].shape[0]
+            tops[name] = (values[start:end], ids[start:end])
+            start = end
+    return tops
 
 
 def inspection(host: Mapping[str, Tensor], rejected: bool) -> Inspection:
@@ -139,8 +163,9 @@ def inspection(host: Mapping[str, Tensor], rejected: bool) -> Inspection:
     has_q = "q_x" in host
     return Inspection(p_x=host["p_x"].tolist() if "p_x" in host else [],
                       q_x=host["q_x"].tolist() if has_q else None,
-                      p_appended=host["p_appended"].tolist(), p_top=_top_rows(host, "p_top"),
-                      q_top=_top_rows(host, "q_top") if has_q else (),
+                      p_appended=host["p_appended"].tolist(),
+                      p_top=_top_rows(host, "p_top") if "p_top_ids" in host else (),
+                      q_top=_top_rows(host, "q_top") if "q_top_ids" in host else (),
                       residual=residual_view(host) if rejected and "residual_ids" in host else None)
 
 
@@ -149,10 +174,9 @@ def _at(rows: Tensor, ids: Tensor) -> Tensor:
     return rows.gather(1, ids[:, None]).squeeze(1)
 
 
-def _top_reads(name: str, probs: Tensor) -> dict[str, Tensor]:
-    """The INSPECT_TOP most probable tokens of each row of (R, V): values and ids, (R, T) each."""
-    values, ids = rowwise.topk(probs, INSPECT_TOP)
-    return {f"{name}_values": values, f"{name}_ids": ids}
+def _top_reads(tops: Mapping[str, tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
+    """`batched_tops` as reads: '<name>_values' and '<name>_ids'."""
+    return {f"{name}_{part}": t for name, top in tops.items() for part, t in zip(("values", "ids"), top, strict=True)}
 
 
 def _top_rows(host: Mapping[str, Tensor], name: str) -> Rows:
@@ -173,10 +197,20 @@ def residual_reads(p_row: Tensor, q_row: Tensor | None, x: Tensor, residual: Ten
     (V,) rows, one-hot q at x when q_row is None; x and sampled (1,) long. The ids may repeat (the host keeps
     one entry per token); the two sums come as exact halves (see `_split_sum`).
     """
+    rows = residual_rows(p_row, q_row, x, residual)  # (3, V)
+    return residual_entries(rows, rowwise.topk(rows, min(INSPECT_TOP, rows.shape[1]))[1], sampled)
+
+
+def residual_rows(p_row: Tensor, q_row: Tensor | None, x: Tensor, residual: Tensor) -> Tensor:
+    """(3, V) float32: p, q (one-hot at x when q_row is None) and r of the rejected row."""
     p_row = p_row.float()  # (V,)
     q_row = torch.zeros_like(p_row).index_fill(0, x, 1.0) if q_row is None else q_row.float()  # (V,)
-    k = min(INSPECT_TOP, p_row.numel())
-    tops = rowwise.topk(torch.stack([p_row, q_row, residual.float()]), k)[1]  # (3, k)
+    return torch.stack([p_row, q_row, residual.float()])
+
+
+def residual_entries(rows: Tensor, tops: Tensor, sampled: Tensor) -> dict[str, Tensor]:
+    """`residual_reads` from the rows (3, V) and the ids of their top entries (3, k)."""
+    p_row, q_row, residual = rows.unbind(0)  # (V,) each
     ids = torch.cat([tops.reshape(-1), sampled])  # (3k+1,)
     outside = torch.ones_like(residual, dtype=torch.bool).index_fill(0, ids, False)  # (V,)
     return {"residual_ids": ids, "residual_p": p_row.index_select(0, ids), "residual_q": q_row.index_select(0, ids),
@@ -277,44 +311,68 @@ def main_line(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
     return list(verdict.path) + ([rejected] if rejected is not None else [])
 
 
-def tree_reads(tree: TreeDraft, verdict: TreeVerdict, p: Tensor, line: list[int]) -> dict[str, Tensor]:
-    """What a tree pass's event shows, gathered where p lives: the main line as a chain block (`block_reads`,
-    with the target's argmax of its rows) and p, q and the target's argmax at the parent of every node.
+def tree_reads(tree: TreeDraft, p: Tensor, target_ids: Tensor, inspect: bool = True) -> dict[str, Tensor]:
+    """What a tree pass's event shows that no verdict decides, gathered where p lives, so that it is read back
+    with the rule's argmax in one transfer: per row (n+1) the target's token and its p, per node (n) its p,
+    its q and the target's token at its parent; with `inspect` the top of p per row and of q per node.
 
-    p (n+1, V): the rows of the root and the nodes. The rule has decided on the host already, so the indices
-    are copied to the device here.
+    p (n+1, V): the rows of the root and the nodes; target_ids (n+1,) long on p's device.
     """
     device = p.device
-    rows = torch.tensor([0] + [row_of(node) for node in line], device=device)  # (K'+1,)
-    line_t = torch.tensor(line, dtype=torch.long)  # (K',)
-    q = None if tree.q is None else tree.q[line_t.to(tree.q.device)]  # (K', V)
-    a, k = verdict.n_accepted, len(line)
-    rejection = None
-    if verdict.residual is not None and a < k:
-        at = torch.tensor([a], device=device)
-        rejection = Rejection(at, torch.tensor([verdict.next_token], device=device), verdict.residual)
-    candidates = torch.full((k + 1,), verdict.next_token, device=device)  # (K'+1,) the appended token at any row
-    reads = block_reads(tree.tokens[line_t].to(device), p.index_select(0, rows), q, candidates, rejection)
     parent_rows = (tree.parents + 1).to(device)  # (n,) row_of(parent)
     tokens = tree.tokens.to(device)  # (n,)
-    reads |= {"target_ids": verdict.target_ids.index_select(0, rows.to(verdict.target_ids.device)),
-              "node_p": p[parent_rows, tokens], "node_targets": verdict.target_ids[parent_rows.to(
-                  verdict.target_ids.device)]}
+    reads = {"target_ids": target_ids, "row_p_target": _at(p, target_ids), "node_p": p[parent_rows, tokens],
+             "node_targets": target_ids[parent_rows]}
     if tree.q is not None:
         reads["node_q"] = _at(tree.q, tokens.to(tree.q.device))
+    if inspect:
+        tops = batched_tops({"p_top": p} | ({} if tree.q is None else {"q_top": tree.q}))
+        reads |= _top_reads(tops)
+    return reads
+
+
+def tree_verdict_reads(draft: TreeDraft, verdict: TreeVerdict, line: list[int], p: Tensor, host: Mapping[str, Tensor],
+                       inspect: bool = True) -> dict[str, Tensor]:
+    """What the event shows that depends on the verdict, when there is any (never under greedy): p of the
+    appended token where it is not the row's argmax, and with `inspect` the residual at a sampled rejection."""
+    a = verdict.n_accepted
+    row = ([ROOT] + line)[a] + 1  # row_of the path's end
+    reads: dict[str, Tensor] = {}
+    token = torch.tensor([verdict.next_token], device=p.device)  # (1,)
+    if verdict.next_token != int(host["target_ids"][row]):
+        reads["p_next"] = p[row].index_select(0, token)
+    if inspect and verdict.residual is not None and a < len(line):
+        node = line[a]
+        q_row = None if draft.q is None else draft.q[node]
+        reads |= residual_reads(p[row], q_row, draft.tokens[node: node + 1].to(p.device), verdict.residual, token)
     return reads
 
 
 def tree_block(tree: TreeDraft, verdict: TreeVerdict, line: list[int], host: Mapping[str, Tensor]) -> VerifiedBlock:
-    """The tree's verified main line as a chain block, so the chain's tokens, statistics and detail apply."""
+    """The tree's verified main line as a chain block, so the chain's tokens, statistics and detail apply.
+
+    `host`: the host copies of `tree_reads` and `tree_verdict_reads`.
+    """
+    rows = torch.tensor([0] + [row_of(node) for node in line])  # (K'+1,)
+    nodes = torch.tensor(line, dtype=torch.long)  # (K',)
+    p_appended = host["row_p_target"][rows]  # (K'+1,) p of the argmax: the appended token under greedy
+    if "p_next" in host:
+        p_appended = p_appended.index_fill(0, torch.tensor([verdict.n_accepted]), float(host["p_next"][0]))
+    seen = {"p_x": host["node_p"][nodes], "p_appended": p_appended}
+    if "node_q" in host:
+        seen["q_x"] = host["node_q"][nodes]
+    for name, index in (("p_top", rows), ("q_top", nodes)):
+        if f"{name}_ids" in host:
+            seen |= {f"{name}_ids": host[f"{name}_ids"][index], f"{name}_values": host[f"{name}_values"][index]}
+    seen |= {name: value for name, value in host.items() if name.startswith("residual_")}
     accept_prob = u = None
     if verdict.accept_prob is not None and verdict.u is not None:
         accept_prob = torch.tensor([verdict.accept_prob[node] for node in line])
         u = torch.tensor([verdict.u[node] for node in line])
     chain_verdict = Verdict(n_accepted=verdict.n_accepted, next_token=verdict.next_token,
-                            target_ids=host["target_ids"], accept_prob=accept_prob, u=u, residual=verdict.residual)
-    drafts = tree.tokens[torch.tensor(line, dtype=torch.long)]  # (K',)
-    return VerifiedBlock(drafts, chain_verdict, inspection(host, verdict.residual is not None))
+                            target_ids=host["target_ids"][rows], accept_prob=accept_prob, u=u,
+                            residual=verdict.residual)
+    return VerifiedBlock(tree.tokens[nodes], chain_verdict, inspection(seen, verdict.residual is not None))
 
 
 def tree_nodes(detok: StreamDetokenizer, tree: TreeDraft, verdict: TreeVerdict, host: Mapping[str, Tensor],
@@ -377,7 +435,8 @@ class PassClock:
     On a CUDA device the drafted and verified marks are events recorded in its queue, so marking waits for
     nothing: an event completes once the work queued before it has run, at the time a clock read after
     synchronising would show. They are read when the clock stops, after the pass's one read has waited for
-    the device. Elsewhere every mark synchronises the device (a no-op on the CPU) and reads the clock.
+    the work queued before it, so reading them waits for nothing either. Elsewhere every mark synchronises
+    the device (a no-op on the CPU) and reads the clock.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -405,13 +464,44 @@ class PassClock:
             self.verified = self._now()
 
     def timing(self, prompt_tokens: int = 0) -> Timing:
-        """Stop the clock: draft, verify and whole-pass times in ms (`prompt_tokens`: see `Timing`)."""
+        """Stop the clock after the pass's read: draft, verify and whole-pass times in ms (`prompt_tokens`: see
+        `Timing`)."""
         if self._events is None:
             done = self._now()
             return Timing(draft_ms=1e3 * (self.drafted - self.start), verify_ms=1e3 * (self.verified - self.drafted),
                           total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)
         done = time.perf_counter()
-        started, drafted, verified = self._events
-        verified.synchronize()  # complete already: the pass's read waited for the work queued before it
+        started, drafted, verified = self._events  # complete: the pass's read waited for the work before them
         return Timing(draft_ms=started.elapsed_time(drafted), verify_ms=drafted.elapsed_time(verified),
                       total_ms=1e3 * (done - self.start), prompt_tokens=prompt_tokens)
+
+
+class Stopwatch:
+    """Times pieces of device work without making the host wait: on a CUDA device a pair of events per piece,
+    read later, once a read has waited for the work queued before them (`samples_ms`); elsewhere the clock
+    around each piece, after synchronising (a no-op on the CPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._samples: list[float] = []
+        self._started: float | torch.cuda.Event = 0.0
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            self._started = _recorded(self.device)
+        else:
+            synchronize(self.device)
+            self._started = time.perf_counter()
+
+    def stop(self) -> None:
+        started = self._started
+        if isinstance(started, float):
+            synchronize(self.device)
+            self._samples.append(1e3 * (time.perf_counter() - started))
+        else:
+            self._pairs.append((started, _recorded(self.device)))
+
+    def samples_ms(self) -> list[float]:
+        """Every piece's time in ms; on a CUDA device call it after a read of later work (the pass's read)."""
+        return self._samples + [begin.elapsed_time(end) for begin, end in self._pairs]
