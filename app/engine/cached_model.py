@@ -251,7 +251,10 @@ class CachedModel:
             if visible is not None:
                 visible = torch.cat([visible, visible[-1:].expand(fed - rows, -1)])
         mask = static.chain_mask(positions.to(self.device)) if visible is None else static.tree_mask(visible)
-        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden)
+        # A compiled forward always returns the hidden states, so that one graph per row bucket serves the
+        # drafters that read the target's features (EAGLE, DFlash, MTP) too: a `hidden` flag would make a second
+        # graph per bucket, compiled at its first use in a generation.
+        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden or compiled)
         keep = last if last is not None and self._keeps_logits and last < rows else 0
         out = None
         with torch.inference_mode(), only_layers(self.model, self._subset):
@@ -301,7 +304,9 @@ class CachedModel:
         scratch = torch.zeros(rows, dtype=torch.long)
         try:
             if self._static is not None and not self._static.allocated:
-                self.extend(scratch[:1])  # eager: allocates the buffers
+                # Eager: allocates the buffers, and installs transformers' hidden-state capturing hooks, which a
+                # compiled forward cannot install (a graph break on their lock at every call).
+                self.extend(scratch[:1], output_hidden_states=True)
                 self.reset()
             for _ in range(runs):
                 self.extend(scratch)
