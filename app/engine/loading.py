@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.cached_model import CachedModel, find_layer_list
+from app.engine.compile_cache import keep_compiled
 from app.engine.drafters.registry import available_drafters
 from app.engine.errors import (
     IncompatibleTokenizerError,
@@ -352,9 +353,9 @@ def warm_up_plan(models: LoadedModels) -> list[WarmUpModel]:
     verification blocks up to the largest K and tree the settings allow (MAX_K + 1 rows, MAX_TREE_NODES + 1;
     chains and trees share the buckets), and, for the draft model and the layer-skip drafter at its default
     exit, the one-token step, the catch-up of an accepted draft (2 rows) and the tree rounds (tree_growth's
-    MAX_WIDTH rows at most). Forwards of more than COMPILED_ROWS rows, and prefills, run eagerly. The forwards
-    of a learned drafter's target features (hidden states) and of another layer-skip exit compile at their
-    first use."""
+    MAX_WIDTH rows at most). Forwards of more than COMPILED_ROWS rows, and prefills, run eagerly. A compiled
+    forward always returns the hidden states, so the drafters that read the target's features meet no other
+    shape; the forwards of another layer-skip exit compile at their first use."""
     from app.engine.drafters.registry import layer_skip_layers
     from app.engine.drafters.tree_growth import MAX_WIDTH
     from app.engine.settings import MAX_K, MAX_TREE_NODES, DrafterOptions
@@ -377,11 +378,14 @@ def warm_up(models: LoadedModels, progress=None) -> None:
     (`CachedModel.warm_up`) on scratch caches; `progress(fraction, message)` before each step ('compiling
     target: verify 8 rows (3/14)'). A progress callback that raises abandons the load between two steps. A
     compile that fails, or any other failure of a step, does not fail the load: the models run eagerly from then
-    on, with a notice at the next generation (`Execution.give_up_compiling`)."""
+    on, with a notice at the next generation (`Execution.give_up_compiling`). What Inductor compiles is kept in
+    the user cache folder (compile_cache.py), so the next launch of the same models compiles far less."""
     report = progress or (lambda fraction, message: None)
     execution = models.execution
     if not execution.compiles:
         return
+    keep_compiled(tuple(name for name in (models.target_name, models.draft_name) if name), models.dtype,
+                  models.device)  # a second launch finds these forwards compiled
     caches = [(entry, CachedModel(entry.model, entry.layers, execution=execution, role=entry.role))
               for entry in warm_up_plan(models)]
     caches = [(entry, cached) for entry, cached in caches if cached.compiled]  # a model on the dynamic cache: eager
