@@ -220,19 +220,20 @@ def test_a_sliding_window_model_keeps_the_dynamic_cache_with_a_notice():
     assert (target.cache, target.compile) == ("dynamic", False) and len(target.notices) == 1
 
 
-def test_the_default_is_eager_dynamic_everywhere_until_the_fast_path_passes_the_device_check(monkeypatch):
-    for device in ("cpu", "mps", "cuda"):
+def test_cuda_runs_the_fast_path_by_default_and_every_other_device_eagerly_on_the_dynamic_cache():
+    assert DEFAULTS == {"cuda": FAST_PATH}
+    for device in ("cpu", "mps"):
         assert resolve_execution(None, None, torch.device(device)) == Execution("dynamic", False)
-        assert resolve_execution("static", None, torch.device(device)) == Execution("static", False)
+    for device in ("cpu", "mps", "cuda"):
+        assert resolve_execution("static", False, torch.device(device)) == Execution("static", False)
         assert resolve_execution(None, True, torch.device(device)) == Execution("static", True)  # implies static
         assert resolve_execution("static", True, torch.device(device)) == Execution("static", True)  # opts in
-    assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
-    assert default_words(0) == "dynamic on every device" and default_words(1) == "off on every device"
-    monkeypatch.setitem(DEFAULTS, "cuda", FAST_PATH)  # what a passed device check flips, in one place
     assert resolve_execution(None, None, torch.device("cuda")) == Execution("static", True)
-    assert resolve_execution("static", False, torch.device("cuda")) == Execution("static", False)
+    assert resolve_execution("static", None, torch.device("cuda")) == Execution("static", True)
+    # eager stays one choice away on CUDA: the dynamic cache alone means eager forwards, and so does --no-compile
     assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
-    assert resolve_execution(None, None, torch.device("cpu")) == Execution("dynamic", False)
+    assert resolve_execution("dynamic", False, torch.device("cuda")) == Execution("dynamic", False)
+    assert resolve_execution(None, False, torch.device("cuda")) == Execution("static", False)
     assert default_words(0) == "CUDA: static, elsewhere: dynamic" and default_words(1) == "CUDA: on, elsewhere: off"
     with pytest.raises(SettingsError, match="compiling needs the static cache"):
         check_execution("dynamic", True)
