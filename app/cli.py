@@ -442,7 +442,8 @@ def run_bench(args, fail=None) -> int:
                 "quick": args.quick,
                 "repetition": {"penalty": repetition.penalty, "no_repeat_ngram": repetition.no_repeat_ngram},
                 "prompts": [p.name for p in prompts], "threads": torch.get_num_threads(),
-                "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+                "machine": platform.platform(), "processor": platform.processor(),
+                **bench.software_versions(models.device)}
         with open(args.json_path, "w") as out:
             out.write(bench.to_json(results, meta))
     return 0

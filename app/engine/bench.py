@@ -361,5 +361,15 @@ def plain_table(results: list[MethodResult]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
 
 
+def software_versions(device: torch.device) -> dict:
+    """What a figure was measured with: torch, transformers, the CUDA torch was built for (None without), and the
+    GPU's name on CUDA (None elsewhere); for every bench and device-check JSON."""
+    import transformers
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else None
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
+            "gpu": gpu}
+
+
 def to_json(results: list[MethodResult], meta: dict) -> str:
     return json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2)
