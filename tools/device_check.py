@@ -334,7 +334,6 @@ def profile_fast_path(key: str, device: str, dtype, sizes: Sizes, tiny: bool, ou
     PROFILED_CALLS (on the CPU there are none: the counts are 0)."""
     from dataclasses import replace
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from app.engine.decoder import SpeculativeDecoder
