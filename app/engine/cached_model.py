@@ -37,7 +37,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from app.engine.errors import is_out_of_memory
-from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
+from app.engine.execution import COMPILED_ROWS, Execution, compile_step, padded_rows, run_warm, warm_call
 from app.engine.growing_cache import growing_cache
 from app.engine.lean_forward import lean_forward
 from app.engine.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
@@ -286,7 +286,9 @@ class CachedModel:
                 step = self._compiled_step = compile_step(self._step, self.device)
             if self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
-            return step(*inputs)
+            assert self._static is not None, "compiled forwards run on the static cache"
+            call = warm_call(self.model, self.layers, inputs, self._static.capacity)
+            return run_warm(step, self.execution, call, inputs)
         except Exception as exc:  # any compile or capture failure falls back to eager forwards
             if is_out_of_memory(exc):
                 raise

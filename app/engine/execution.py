@@ -59,6 +59,8 @@ class Execution:
     # concatenating the whole cache (the same numbers: growing_cache.py); off only to measure what that saves.
     growing: bool = True
     compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
+    # The calls of compiled steps that have run (`warm_call`): one of them again needs no guard evaluation.
+    warm_calls: set[tuple] = field(default_factory=set, compare=False, repr=False)
     notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
     _said: set[str] = field(default_factory=set, compare=False, repr=False)
 
@@ -147,6 +149,32 @@ def compile_step(step, device: torch.device):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
     mode = "reduce-overhead" if device.type == "cuda" else None
     return torch.compile(step, mode=mode, dynamic=False)
+
+
+def warm_call(model, layers: tuple[int, ...] | None, inputs: tuple, capacity: int) -> tuple:
+    """What picks a compiled step's graph, in a few integers: the model and its layer subset, the shapes, dtypes
+    and device of the inputs (ids (1, T), positions (1, T), mask (1, 1, T, capacity), the hidden-states flag) and
+    the cache's capacity. Equal for two calls, they run the same graph."""
+    input_ids, position_ids, mask, hidden = inputs
+    return (id(model), layers, tuple(input_ids.shape), tuple(position_ids.shape), tuple(mask.shape), mask.dtype,
+            mask.device, bool(hidden), capacity)
+
+
+def run_warm(step, execution: Execution, call: tuple, inputs: tuple):
+    """`step(*inputs)`, without dynamo's guard evaluation when `call` (`warm_call`) has run before.
+
+    Dynamo checks its guards (shapes, dtypes, the model's attributes ...) at every call of a compiled step: on a
+    GPU about 0.8 ms a token, more than half the forward of a small model. A call equal to one that already ran
+    has a graph, so `skip_guard_eval_unsafe` then evaluates only the guards that tell the compiled graphs apart;
+    any other call evaluates them all (and compiles if it must), and is remembered."""
+    import torch
+
+    if call in execution.warm_calls:
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return step(*inputs)
+    out = step(*inputs)
+    execution.warm_calls.add(call)
+    return out
 
 
 def padded_rows(rows: int) -> int:
