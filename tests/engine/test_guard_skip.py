@@ -28,8 +28,8 @@ def test_the_check_tells_apart_every_call_that_needs_another_graph():
     assert warm_call(model, None, inputs(), 64) == call  # fresh tensors, the same shapes: the same graph
     others = [warm_call(other, None, inputs(), 64), warm_call(model, (0,), inputs(), 64),
               warm_call(model, None, inputs(rows=8), 64), warm_call(model, None, inputs(capacity=128), 128),
-              warm_call(model, None, inputs(dtype=torch.bfloat16), 64), warm_call(model, None, inputs(hidden=False), 64),
-              warm_call(model, None, inputs(), 128)]
+              warm_call(model, None, inputs(dtype=torch.bfloat16), 64),
+              warm_call(model, None, inputs(hidden=False), 64), warm_call(model, None, inputs(), 128)]
     assert call not in others and len(set(others)) == len(others)
 
 
@@ -37,7 +37,7 @@ def test_only_a_call_that_ran_before_skips_the_guards():
     stances: list[bool] = []
 
     def step(*args):
-        stances.append(eval_frame._stance.skip_guard_eval_unsafe)
+        stances.append(eval_frame._stance.skip_guard_eval_unsafe)  # noqa: SLF001 - torch says it nowhere public
         return len(args)
 
     execution, model = Execution("static", compile=True), tiny_model("llama")
@@ -45,7 +45,7 @@ def test_only_a_call_that_ran_before_skips_the_guards():
         assert run_warm(step, execution, warm_call(model, None, inputs(capacity=capacity), capacity),
                         inputs(capacity=capacity)) == 4
     assert stances == [False, True, False, True, True]
-    assert not eval_frame._stance.skip_guard_eval_unsafe  # the stance ends with the call
+    assert not eval_frame._stance.skip_guard_eval_unsafe  # noqa: SLF001 - the stance ends with the call
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_warm_calls_skip_the_guards_and_a_grown_cache_is_compiled_again_not_misr
     for end in range(9, 12):  # one-token steps: warm calls
         assert torch.allclose(cached.advance_to(ids[:end]), full_logits(model, ids[:end])[-1:], atol=1e-4)
     assert counted.frame_count == compiled_once and len(cached.execution.warm_calls) == 1
-    static = cached._static
+    static = cached._static  # noqa: SLF001 - grown by hand, as a sequence past its capacity grows it
     assert static is not None
     static.reserve(2 * static.capacity, kept=cached.length)  # another capacity: a graph not compiled yet
     longer = torch.arange(1, 13)
