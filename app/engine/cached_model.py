@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
+from types import MethodType
 
 import torch
 from torch import nn
@@ -283,7 +284,8 @@ class CachedModel:
         try:
             step = self._compiled_step
             if step is None:
-                step = self._compiled_step = compile_step(self._step, self.device)
+                own = self.execution.step_code(self.model, self.layers, CachedModel._step)
+                step = self._compiled_step = compile_step(MethodType(own, self), self.device)
             if self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
             assert self._static is not None, "compiled forwards run on the static cache"

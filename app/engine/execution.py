@@ -17,14 +17,17 @@ run a model (draft model, layer skip).
   (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
   compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading.py), with progress,
   not at the first generation. A compile or capture that fails falls back to eager forwards with a notice,
-  never an error.
+  never an error. Each model and layer subset compiles its own copy of the step (`Execution.step_code`), and
+  a call equal to one that already ran skips dynamo's guard evaluation (`run_warm`).
 
 This module imports no torch at load: the command line checks the choice before anything loads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import TYPE_CHECKING
 
 from app.engine.settings import SettingsError
@@ -61,6 +64,7 @@ class Execution:
     compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
     # The calls of compiled steps that have run (`warm_call`): one of them again needs no guard evaluation.
     warm_calls: set[tuple] = field(default_factory=set, compare=False, repr=False)
+    _step_codes: dict[tuple, FunctionType] = field(default_factory=dict, compare=False, repr=False)
     notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
     _said: set[str] = field(default_factory=set, compare=False, repr=False)
 
@@ -79,6 +83,20 @@ class Execution:
         if message not in self._said:
             self._said.add(message)
             self.notices.append(message)
+
+    def step_code(self, model, layers: tuple[int, ...] | None, step: Callable) -> FunctionType:
+        """`step` with a code object of its own for `model` run with `layers`, shared by every cache of them.
+
+        Dynamo keeps a code object's compiled graphs in one list, told apart by guards: one list per model and
+        layer subset holds graphs that differ in shapes alone, which is what lets `run_warm` skip the guards (the
+        few it still evaluates then tell shapes apart, never one model from another)."""
+        key = (id(model), layers)
+        if key not in self._step_codes:
+            assert isinstance(step, FunctionType), "a plain function: its code is copied"
+            code = step.__code__.replace(co_name=f"{step.__name__}_{len(self._step_codes)}")
+            self._step_codes[key] = FunctionType(code, step.__globals__, code.co_name, step.__defaults__,
+                                                 step.__closure__)
+        return self._step_codes[key]
 
     def give_up_compiling(self, exc: BaseException) -> None:
         """A compile or capture failed: every cache of these models runs eagerly from now on."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -373,13 +374,25 @@ def warm_up_plan(models: LoadedModels) -> list[WarmUpModel]:
     return plan
 
 
+def time_left(elapsed: float, done: int, total: int) -> str:
+    """', about 40 s left' / ', about 3 min left': the steps to go at the mean time of those done (compiles of
+    one model take about as long as each other); '' before the first step has ended."""
+    if done == 0:
+        return ""
+    seconds = elapsed / done * (total - done)
+    if seconds < 60:
+        return f", about {max(5, 5 * round(seconds / 5))} s left"
+    return f", about {round(seconds / 60)} min left"
+
+
 def warm_up(models: LoadedModels, progress=None) -> None:
     """Compile now what `warm_up_plan` says, one shape at a time, through the step a generation runs
     (`CachedModel.warm_up`) on scratch caches; `progress(fraction, message)` before each step ('compiling
-    target: verify 8 rows (3/14)'). A progress callback that raises abandons the load between two steps. A
-    compile that fails, or any other failure of a step, does not fail the load: the models run eagerly from then
-    on, with a notice at the next generation (`Execution.give_up_compiling`). What Inductor compiles is kept in
-    the user cache folder (compile_cache.py), so the next launch of the same models compiles far less."""
+    target: verify 8 rows (3/14), about 2 min left': the time left from the steps done). A progress callback
+    that raises abandons the load between two steps. A compile that fails, or any other failure of a step, does
+    not fail the load: the models run eagerly from then on, with a notice at the next generation
+    (`Execution.give_up_compiling`). What Inductor compiles is kept in the user cache folder (compile_cache.py),
+    so the next launch of the same models compiles far less."""
     report = progress or (lambda fraction, message: None)
     execution = models.execution
     if not execution.compiles:
@@ -394,9 +407,11 @@ def warm_up(models: LoadedModels, progress=None) -> None:
     # own caches sit at other addresses: their first forwards capture again (a forward's time, no compile).
     runs = 3 if models.device.type == "cuda" else 1
     done = 0
+    started = time.perf_counter()
     for entry, cached in caches:
         for bucket in entry.buckets:
-            report(done / total, f"compiling {entry.who}: {entry.step(bucket)} ({done + 1}/{total})")
+            left = time_left(time.perf_counter() - started, done, total)
+            report(done / total, f"compiling {entry.who}: {entry.step(bucket)} ({done + 1}/{total}){left}")
             try:
                 cached.warm_up(fewest_rows(bucket), runs)
             except Exception as exc:  # noqa: BLE001 - whatever fails here, the models can still run eagerly
