@@ -522,7 +522,8 @@ def run_asd_sweep(args, prompts, fail) -> int:
                    "prompts": [p.name for p in prompts], "max_new_tokens": [p.max_new_tokens for p in prompts],
                    "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - started, 1),
                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-                   "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+                   "machine": platform.platform(), "processor": platform.processor(),
+                   **bench.software_versions(models.device)}
     if quick:
         print(f"quick run (--quick): {len(prompts)} prompts cut to {bench.QUICK_MAX_NEW_TOKENS} new tokens, "
               f"{repeats} repeat(s), {len(points)} points; rough figures, run without --quick to measure")

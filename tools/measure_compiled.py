@@ -2,7 +2,7 @@
 """A compiling load cold and warm, and ms per token compiled against eager, for the drafters that run models.
 
     python tools/measure_compiled.py                          # the bundled family on the CPU
-    python tools/measure_compiled.py --target T --draft D --tokens 64 --drafters eagle
+    python tools/measure_compiled.py --target T --draft D --heads H --tokens 64 --drafters eagle
 
 Each load runs in a fresh process (dynamo forgets everything at exit; what persists is the compile cache in
 the user cache folder, app/engine/compile_cache.py): first with an empty cache folder (cold), then with the
@@ -38,7 +38,8 @@ def child(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    models = load_models(args.target, args.draft, device=args.device, cache=args.cache, compile=args.compile)
+    models = load_models(args.target, args.draft, device=args.device, cache=args.cache, compile=args.compile,
+                         heads=args.heads)
     load_s = time.perf_counter() - started
     decoder = SpeculativeDecoder(models)
     frames_at_load = counters["stats"]["unique_graphs"]
@@ -62,7 +63,9 @@ def spawn(args: argparse.Namespace, cache_folder: str, *mode: str) -> dict:
     command = [sys.executable, __file__, "--child", "--device", args.device, "--tokens", str(args.tokens),
                "--repeats", str(args.repeats), "--k", str(args.k), "--threads", str(args.threads),
                "--drafters", *args.drafters, *mode]
-    command += [*(["--target", args.target] if args.target else []), *(["--draft", args.draft] if args.draft else [])]
+    for option in ("target", "draft", "heads"):
+        if getattr(args, option):
+            command += [f"--{option}", getattr(args, option)]
     env = dict(os.environ, SPEC_PLAYGROUND_CACHE=cache_folder, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target")
     parser.add_argument("--draft")
+    parser.add_argument("--heads", help="a folder of learned heads for the target (the bundled family has its own)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
