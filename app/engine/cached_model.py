@@ -252,10 +252,12 @@ class CachedModel:
             if visible is not None:
                 visible = torch.cat([visible, visible[-1:].expand(fed - rows, -1)])
         mask = static.chain_mask(positions.to(self.device)) if visible is None else static.tree_mask(visible)
-        # A compiled forward always returns the hidden states, so that one graph per row bucket serves the
+        # A compiled model's forwards always return the hidden states, so that one graph per row bucket serves the
         # drafters that read the target's features (EAGLE, DFlash, MTP) too: a `hidden` flag would make a second
-        # graph per bucket, compiled at its first use in a generation.
-        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden or compiled)
+        # graph per bucket, compiled at its first use in a generation. Its eager forwards (the first one on a
+        # cache, prefills) ask for them too: they install transformers' capturing hooks, which a compiled forward
+        # cannot install without a graph break (their lock) and a change of state that compiles again.
+        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden or self.compiled)
         keep = last if last is not None and self._keeps_logits and last < rows else 0
         out = None
         with torch.inference_mode(), only_layers(self.model, self._subset):
@@ -308,9 +310,7 @@ class CachedModel:
         scratch = torch.zeros(rows, dtype=torch.long)
         try:
             if self._static is not None and not self._static.allocated:
-                # Eager: allocates the buffers, and installs transformers' hidden-state capturing hooks, which a
-                # compiled forward cannot install (a graph break on their lock at every call).
-                self.extend(scratch[:1], output_hidden_states=True)
+                self.extend(scratch[:1])  # eager: allocates the buffers
                 self.reset()
             for _ in range(runs):
                 self.extend(scratch)

@@ -48,6 +48,28 @@ def test_only_a_call_that_ran_before_skips_the_guards():
     assert not eval_frame._stance.skip_guard_eval_unsafe  # noqa: SLF001 - the stance ends with the call
 
 
+def test_a_warm_call_that_dynamo_would_compile_again_runs_with_every_guard():
+    ran: list[bool] = []
+
+    def step(*args):
+        skipping = eval_frame._stance.skip_guard_eval_unsafe  # noqa: SLF001 - torch says it nowhere public
+        ran.append(skipping)
+        if skipping:  # what dynamo raises when a guard the skipping left out has failed
+            raise RuntimeError("Recompilation triggered with skip_guard_eval_unsafe stance.")
+        return "out"
+
+    execution, model = Execution("static", compile=True), tiny_model("llama")
+    call = warm_call(model, None, inputs(), 64)
+    assert [run_warm(step, execution, call, inputs()) for _ in range(2)] == ["out", "out"]
+    assert ran == [False, True, False] and call in execution.warm_calls
+
+    def broken(*args):
+        raise RuntimeError("out of kernels")
+
+    with pytest.raises(RuntimeError, match="out of kernels"):  # any other failure is the caller's to handle
+        run_warm(broken, execution, call, inputs())
+
+
 @pytest.fixture
 def counted(monkeypatch):
     from torch._dynamo.testing import CompileCounter
