@@ -1,6 +1,6 @@
-"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench --asd --plot`.
+"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench asd --plot`.
 
-Reads the JSON of `app/engine/asd_sweep.py` (a dict), so a committed sweep can be redrawn without rerunning it:
+Reads the JSON of `app/bench/asd.py` (a dict), so a committed sweep can be redrawn without rerunning it:
 
     python -m app.asd_plot docs/asd-frontier.json docs/asd-frontier.png
 """
@@ -11,10 +11,6 @@ import json
 import os
 import sys
 from pathlib import Path
-
-COLOURS = {"draft-model": (31, 119, 180), "eagle": (214, 39, 40), "medusa": (44, 160, 44),
-           "prompt-lookup": (148, 103, 189)}
-OTHER = (127, 127, 127)
 
 
 def _application():
@@ -120,6 +116,8 @@ def draw_frontier(plot, data: dict, ink="k", label_points: int = 8, paper="w", l
     import pyqtgraph as pg
     from PySide6.QtGui import QColor, QFont
 
+    from app.widgets.theme import drafter_colour
+
     plot.setLabel("bottom", "tokens/s relative to strict greedy")
     plot.setLabel("left", "Δ log p per token (nats)")
     for axis in ("left", "bottom"):
@@ -137,7 +135,7 @@ def draw_frontier(plot, data: dict, ink="k", label_points: int = 8, paper="w", l
     labelled = _Labels(points)
     all_defaults = []
     for drafter in dict.fromkeys(p["drafter"] for p in points):
-        colour = COLOURS.get(drafter, OTHER)
+        colour = _rgb(drafter_colour(drafter))  # the drafter's colour everywhere in the window
         mine = [p for p in points if p["drafter"] == drafter and p["log_prob_delta"] is not None]
         plot.addItem(pg.ScatterPlotItem([p["relative_tokens_per_s"] for p in mine],
                                         [p["log_prob_delta"] for p in mine], size=6, pen=None,
@@ -184,3 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    """'#RRGGBB' as (r, g, b)."""
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)

@@ -31,7 +31,7 @@ class HistoryOutOfCollector(QObject):
     frozen, it is simply never walked. Freezing before a run's thread starts also keeps a collection that
     happens on that thread (the engine's own gc.collect after an out-of-memory error) from finalising Qt
     objects left over from earlier, which can deadlock it with the GUI thread. Whatever opens a window
-    (the entry points here, the tests, tools/soak.py) installs this policy on its session.
+    (the entry points here, the tests, tools/measure/soak.py) installs this policy on its session.
     """
 
     def __init__(self, session: Session) -> None:
@@ -72,10 +72,10 @@ def run_gui(argv: list[str] | None = None, target: str | None = None, draft: str
         if engines is not None:
             window.runs.factory = engines
         HistoryOutOfCollector(window.session)
-        request = dict(window.model_request)
+        request = window.model_request
         if target is not None:
-            request.update(target=target, draft=draft)
-        request.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+            request = request.with_changes(target=target, draft=draft)
+        request = request.with_changes(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
         window.load_models_async(request)  # first: the engine process loads while the window lays out and paints
         window.show()
         code = app.exec()
@@ -100,7 +100,7 @@ def render_screenshot(path: str, prompt: str | None = None, target: str | None =
         HistoryOutOfCollector(window.session)
         window.resize(*size)
         window.show()
-        request = dict(DEFAULT_REQUEST, target=target, draft=draft)
+        request = DEFAULT_REQUEST.with_changes(target=target, draft=draft)
         window.set_engine(LocalEngine.load(request), request)
         if prompt is None:
             window.use_ready_prompt(next(r for r in READY_PROMPTS if "draft-model" in r.drafters[1:]))

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.engine import Engine, LocalEngine, ModelsSummary
+from app.engine.load_request import LoadRequest
 from app.engine.remote import EngineProcess
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.runs import RunController
@@ -38,6 +39,7 @@ from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
 from app.widgets import scrolled
+from app.widgets.acceptance_histogram import AcceptanceHistogramView, end_of_run_figures
 from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
 from app.widgets.controls import ControlsPanel
@@ -85,7 +87,7 @@ class MainWindow(QMainWindow):
         self.store = SettingsStore(settings if settings is not None else QSettings(ORGANIZATION, APPLICATION))
         self.engine: Engine | None = None
         self.summary: ModelsSummary | None = None
-        self.model_request = dict(DEFAULT_REQUEST)
+        self.model_request: LoadRequest = DEFAULT_REQUEST
         self.session = Session(self)
         self.runs = RunController(EngineProcess if engine_process else LocalEngine.load, self)
         self._inspect_from: int | None = None  # a Step was asked: inspect the first pass at or after this row
@@ -110,6 +112,8 @@ class MainWindow(QMainWindow):
         self.drafters = DrafterPanel()
         self.charts = RunCharts()
         self.charts.set_session(self.session)
+        self.acceptance_view = AcceptanceHistogramView()
+        self.acceptance_view.set_session(self.session)
         self.banner = QLabel()
         self.banner.setObjectName("runMessage")
         self.banner.setWordWrap(True)
@@ -149,12 +153,14 @@ class MainWindow(QMainWindow):
         self.drafters_dock = self._dock("Drafters and verification", "draftersDock", self.drafters, right)
         self.charts_dock = self._dock("Charts", "chartsDock", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea,
                                       scroll=False)  # its grid of plots scrolls inside, below a minimum height
+        self.acceptance_dock = self._dock("Acceptance", "acceptanceDock", self.acceptance_view)
         self.inspector_dock = self._dock("Pass inspector", "inspectorDock", self.inspector)
         self.theory_dock = self._dock("Theory explorer", "theoryDock", self.theory)
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
-        self._tabify(self.charts_dock, self.inspector_dock, self.theory_dock, self.race_dock, self.asd_dock)
+        self._tabify(self.charts_dock, self.acceptance_dock, self.inspector_dock, self.theory_dock, self.race_dock,
+                     self.asd_dock)
         self._tabify(self.drafters_dock, self.guide_dock)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
@@ -254,7 +260,9 @@ class MainWindow(QMainWindow):
         self.runs.sig_load_progress.connect(self.status.show_load_progress)
         self.status.sig_cancel_load.connect(self.cancel_load)
         self.speed.sig_interval_changed.connect(self.runs.set_min_pass_interval)
+        self.speed.sig_interval_changed.connect(self.charts.set_pass_interval)  # Throughput says it is compute speed
         self.charts_dock.visibilityChanged.connect(self.charts.on_visibility_changed)  # a raised tab: no showEvent
+        self.acceptance_dock.visibilityChanged.connect(self.acceptance_view.on_visibility_changed)
         self.drafters.sig_changed.connect(self._show_asd_knobs)  # after the settings model pushed them
         self.asd_dock.visibilityChanged.connect(self._show_asd_knobs)  # settings applied without a change signal
         self.session.sig_ended.connect(lambda end: self.asd_view.show_run(end.asd, len(end.token_ids), end.passes))
@@ -263,13 +271,13 @@ class MainWindow(QMainWindow):
         self.asd_view.show_knobs(self.settings_model.live.get().asd)
 
     # --- models ------------------------------------------------------------------------------
-    def set_engine(self, engine: Engine, request: dict | None = None) -> None:
+    def set_engine(self, engine: Engine, request: LoadRequest | None = None) -> None:
         """Use this engine from now on (called after a successful load); an engine it replaces is closed."""
         previous, self.engine, self.summary = self.engine, engine, engine.summary
         if previous is not None and previous is not engine:
             previous.close()
         if request is not None:
-            self.model_request = dict(request)
+            self.model_request = request
         suggested = self.settings_model.offer_models(engine.summary)
         self.controls.offer_chat_template(engine.summary.has_chat_template)
         self._describe_models()
@@ -285,7 +293,7 @@ class MainWindow(QMainWindow):
     @property
     def bundled_models(self) -> bool:
         """The bundled demo family is loaded (what the hints and the first prompt are written for)."""
-        return self.summary is not None and self.model_request.get("target") is None
+        return self.summary is not None and self.model_request.bundled
 
     def _describe_models(self) -> None:
         """Say what the loaded models can do; give a newcomer a first prompt they handle well."""
@@ -300,7 +308,7 @@ class MainWindow(QMainWindow):
         if paused is not None:
             self.start_generation(paused)
 
-    def load_models_async(self, request: dict, watch=None) -> ModelLoadThread | None:
+    def load_models_async(self, request: LoadRequest, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
 
         `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
@@ -348,7 +356,7 @@ class MainWindow(QMainWindow):
         dialog.show()
         return dialog
 
-    def _load_from_dialog(self, dialog: ModelDialog, request: dict) -> None:
+    def _load_from_dialog(self, dialog: ModelDialog, request: LoadRequest) -> None:
         if self.is_busy:
             dialog.show_error("Stop the running generation or race before loading other models.")
             return
@@ -502,7 +510,9 @@ class MainWindow(QMainWindow):
             kind = f"{event.error_type}: " if event.error_type else ""
             self.show_message(f"The generation failed — {kind}{event.error}. The text so far is kept.", error=True)
         else:
-            self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes", 8000)
+            figures = end_of_run_figures(event.acceptance)
+            self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes"
+                                    + (f"; {figures}" if figures else ""), 8000)
 
     def _on_notice(self, notice) -> None:
         self.show_message(notice.message, error=notice.level != "info")
@@ -510,7 +520,7 @@ class MainWindow(QMainWindow):
     def _show_progress(self) -> None:
         session = self.session
         self.status.show_run(session.tokens_per_s, session.alpha, len(session.passes), session.token_count,
-                             session.acceptance_rate)
+                             session.acceptance_rate, session.stats)
 
     # --- settings --------------------------------------------------------------------------------
     @property

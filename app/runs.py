@@ -13,6 +13,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.engine.engine import Engine, EngineFactory
+from app.engine.load_request import LoadRequest
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings
 from app.worker import GenerationThread, ModelLoadThread
 
@@ -22,7 +23,7 @@ EventSink = Callable[[object], None]  # receives each event on the GUI thread
 class RunController(QObject):
     sig_run_finished = Signal()  # the generation thread has ended and was joined
     sig_race_finished = Signal()  # the race thread has ended and was joined
-    sig_loaded = Signal(object, object)  # (Engine, the request dict it was loaded from); never after shutdown
+    sig_loaded = Signal(object, object)  # (Engine, the LoadRequest it was loaded from); never after shutdown
     sig_load_failed = Signal(str)  # never after shutdown
     sig_load_cancelled = Signal()  # the running load was cancelled (its thread may still be ending); not at shutdown
     sig_load_progress = Signal(str, int, int)  # (message, done, total); total 0 = busy, size unknown
@@ -119,7 +120,8 @@ class RunController(QObject):
         self.sig_race_finished.emit()
 
     # --- loading ---------------------------------------------------------------------------
-    def load(self, request: dict, watch: Callable[[ModelLoadThread], None] | None = None) -> ModelLoadThread | None:
+    def load(self, request: LoadRequest,
+             watch: Callable[[ModelLoadThread], None] | None = None) -> ModelLoadThread | None:
         """Make an engine in a thread; None if a load is already running.
 
         `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
@@ -159,12 +161,12 @@ class RunController(QObject):
         if current and not self._closing:
             self.sig_load_cancelled.emit()
 
-    def _on_loaded(self, loader: ModelLoadThread, engine: Engine, request: dict) -> None:
+    def _on_loaded(self, loader: ModelLoadThread, engine: Engine, request: LoadRequest) -> None:
         self._release(loader)
         if loader.cancelled or self._closing:
             engine.close()  # it finished as the cancel came: nobody will use it
             return
-        self.sig_loaded.emit(engine, dict(request))
+        self.sig_loaded.emit(engine, request)
 
     def _on_load_failed(self, loader: ModelLoadThread, message: str) -> None:
         self._release(loader)

@@ -5,7 +5,7 @@ them, updates per-pass series in growing NumPy arrays and marks itself
 dirty. A ~30 Hz timer then emits `sig_refresh` once, and the widgets redraw
 from the session's state — never once per token.
 
-Every figure comes from `app/engine/stats.py` (docs/ALGORITHMS.md §7): the
+Every figure comes from `app/engine/core/stats.py` (docs/ALGORITHMS.md §7): the
 cumulative ones are the engine's own (`event.stats`), the per-drafter, rolling
 and per-position ones are computed here by the same classes. alpha = accepted /
 (accepted + passes that ended in a rejection), the α of E(α, K); the acceptance
@@ -26,25 +26,28 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.engine.core.stats import (
+    AcceptanceHistogram,
+    PositionAcceptance,
+    RankAcceptance,
+    RollingAcceptance,
+    acceptance_summary,
+    expected_tokens_per_pass,
+    expected_tree_tokens,
+    predicted_speedup,
+    rank_paths,
+    speedup_with_verify_cost,
+)
 from app.engine.events import (
     ACCEPTED,
     ASD_EXCEPTION,
+    AcceptanceSummary,
     EndEvent,
     NoticeEvent,
     PassEvent,
     RunningStats,
     StartEvent,
     to_json_line,
-)
-from app.engine.stats import (
-    PositionAcceptance,
-    RankAcceptance,
-    RollingAcceptance,
-    expected_tokens_per_pass,
-    expected_tree_tokens,
-    predicted_speedup,
-    rank_paths,
-    speedup_with_verify_cost,
 )
 
 REFRESH_MS = 33
@@ -67,7 +70,7 @@ class GrowingColumns:
         self._data = np.full((len(names), capacity), NAN)
         self.size = 0
 
-    def append(self, row: dict[str, float]) -> None:
+    def append(self, row: dict[str, float | None]) -> None:
         if self.size == self._data.shape[1]:
             grown = np.full((len(self.names), 2 * self.size), NAN)
             grown[:, : self.size] = self._data
@@ -150,6 +153,7 @@ class Session(QObject):
         self.by_drafter: dict[str, DrafterSeries] = {}
         self._overall = RollingAcceptance(ROLLING_PASSES)
         self.positions = PositionAcceptance()
+        self.histogram = AcceptanceHistogram()  # drafting passes by drafts accepted (§7.7)
         self._ranks = RankAcceptance()  # P_r by sibling rank, for the expected tokens of tree passes
         self.changes: list[SettingChange] = []
         self._text_parts: list[str] = []
@@ -198,6 +202,7 @@ class Session(QObject):
             self.by_drafter.setdefault(event.drafter, DrafterSeries()).add(event)
         self._overall.add(event.drafted)
         self.positions.add(event.drafted)
+        self.histogram.add(event.drafted, event.tree)
         if event.tree:
             self._ranks.add_tree(event.tree)
         else:
@@ -293,6 +298,12 @@ class Session(QObject):
         if self.start is not None and "k" in self.start.settings:
             return int(self.start.settings["k"])
         return self.passes[-1].k if self.passes else None
+
+    def acceptance_summary(self) -> AcceptanceSummary:
+        """The field's figures and the acceptance histogram (§7.7): the engine's at the end, else the passes' so far."""
+        if self.end is not None and self.end.acceptance is not None:
+            return self.end.acceptance
+        return acceptance_summary(self.histogram, self._overall.total, self.positions)
 
     def position_rates(self) -> list[float | None]:
         """alpha_i over the positions the target tested (docs/ALGORITHMS.md §7.4)."""

@@ -15,10 +15,11 @@ from typing import TypeVar
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from app.engine.load_request import LoadRequest
 from app.engine.settings import DecodeSettings, SettingsError, settings_from_dict
 
 log = logging.getLogger(__name__)
-DEFAULT_REQUEST = dict(target=None, draft=None, device="auto", dtype="auto", cache=None, compile=None)
+DEFAULT_REQUEST = LoadRequest()  # the bundled demo family, the device's defaults
 T = TypeVar("T")
 _CORRUPTED = (TypeError, ValueError, KeyError, SettingsError, json.JSONDecodeError)
 
@@ -43,7 +44,7 @@ class SavedState:
     """Every part of the window's saved state; None where nothing (usable) was saved."""
 
     layout: SavedLayout | None = None
-    model_request: dict | None = None
+    model_request: LoadRequest | None = None
     decode: DecodeSettings | None = None
     controls: SavedControls | None = None
     warnings: tuple[str, ...] = ()
@@ -75,18 +76,9 @@ class SettingsStore:
         return SavedLayout(geometry if isinstance(geometry, QByteArray) else None,
                            state if isinstance(state, QByteArray) else None)
 
-    def _model_request(self) -> dict | None:
+    def _model_request(self) -> LoadRequest | None:
         raw = self.store.value("models/request")
-        if not raw:
-            return None
-        request = json.loads(str(raw))
-        if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST):
-            raise ValueError("unexpected model request")
-        if not all(value is None or isinstance(value, str) for key, value in request.items() if key != "compile"):
-            raise ValueError("model names, device, dtype and cache must be text")
-        if request.get("compile") not in (None, True, False):
-            raise ValueError("compile must be on, off or unset")
-        return {**DEFAULT_REQUEST, **request}
+        return LoadRequest.from_dict(json.loads(str(raw))) if raw else None
 
     def _decode(self) -> DecodeSettings | None:
         raw = self.store.value("decode/settings")
@@ -101,11 +93,12 @@ class SettingsStore:
                              guide_seen=_as_bool(value("guide/seen", False)))
 
     # --- writing -------------------------------------------------------------------------------
-    def save(self, layout: SavedLayout, model_request: dict, decode: DecodeSettings, controls: SavedControls) -> None:
+    def save(self, layout: SavedLayout, model_request: LoadRequest, decode: DecodeSettings,
+             controls: SavedControls) -> None:
         store = self.store
         store.setValue("window/geometry", layout.geometry)
         store.setValue("window/state", layout.state)
-        store.setValue("models/request", json.dumps(model_request))
+        store.setValue("models/request", json.dumps(model_request.to_dict()))
         store.setValue("decode/settings", json.dumps(decode.to_dict()))
         store.setValue("controls/prompt", controls.prompt)
         store.setValue("controls/chat_template", controls.chat_template)

@@ -26,6 +26,7 @@ from PySide6.QtCore import Qt, QThread, Signal
 from app.engine.engine import EngineFactory
 from app.engine.errors import EngineError
 from app.engine.events import EndEvent, RunningStats
+from app.engine.load_request import LoadRequest
 from app.engine.settings import GenerationControl, LiveSettings, SettingsError
 
 # An engine stream: Engine.generate or Engine.race, called as (prompt, live, control, chat_template=...).
@@ -162,10 +163,10 @@ class ModelLoadThread(QThread):
     sig_failed = Signal(str)
     sig_cancelled = Signal()  # cancel() was called (once): no outcome will follow
 
-    def __init__(self, factory: EngineFactory, request: dict, parent=None) -> None:
+    def __init__(self, factory: EngineFactory, request: LoadRequest, parent=None) -> None:
         super().__init__(parent)
         self.factory = factory
-        self.request = dict(request)
+        self.request = request
         self._cancelled = threading.Event()
         self._cancel_lock = threading.Lock()
 

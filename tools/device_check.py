@@ -15,7 +15,7 @@ under `skipped`:
 
 - greedy_identity: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on
   several architectures; a divergence is classified as a numerical tie or a real mismatch,
-  app/engine/identity.py).
+  app/engine/core/identity.py).
 - chi_square: chi-square losslessness of speculative sampling (the first two sampled tokens against the
   target's exact joint distribution).
 - asd_against_cpu: ASD on the device against the same run on the CPU.
@@ -27,7 +27,7 @@ under `skipped`:
 - timing:<shape>: the Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.1-8B shapes (tests/fixtures/real_shapes.py; the
   8B with a Llama-3.2-1B-shaped drafter, the others with a 2-layer one) in the device's dtype, ours
   autoregressive, with prompt lookup and with a draft model, each eager on the dynamic cache and on the fast
-  path (app/engine/execution.py: the static cache, compiled with CUDA graphs on CUDA; on the CPU the static
+  path (app/engine/runtime/execution.py: the static cache, compiled with CUDA graphs on CUDA; on the CPU the static
   cache alone, as compiling is off there by default), beside `model.generate` without and with
   `assistant_model`, and `model.generate` with its own static cache, eager and (on CUDA) compiled, called as
   transformers documents it (`cache_implementation="static"` with a fixed `max_cache_len`, so one compiled
@@ -35,7 +35,7 @@ under `skipped`:
   the memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth, `--hbm-gbps`, 4800 GB/s for
   an H200 by default: a parameter, not a measured figure). `goals` compares the fast path with the issue's
   targets: autoregressive decoding within 3x of the bound, the draft model >= 1.5x assisted generation.
-- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/half_precision.py).
+- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/measure/half_precision.py).
 
 `meta` records the device, the GPU's name, and the torch, transformers and CUDA versions.
 The exit status is 1 if a check failed or a section raised, else 0.
@@ -58,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
+from tools.measure.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
 
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
@@ -103,7 +103,7 @@ class Sizes:
 def execution_modes(device, compiled: bool) -> dict:
     """The modes a check runs: eager on each cache, and, with `compiled`, compiled on CUDA (its default there;
     compiling takes minutes, so the checks compile for one architecture)."""
-    from app.engine.execution import Execution
+    from app.engine.runtime.execution import Execution
 
     modes = {"eager dynamic": Execution("dynamic"), "eager static": Execution("static")}
     if compiled and device.type == "cuda":
@@ -119,9 +119,9 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
 
     import torch
 
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.fidelity import first_divergence
-    from app.engine.identity import classify, logits_at
+    from app.engine.core.fidelity import first_divergence
+    from app.engine.core.identity import classify, logits_at
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings
 
@@ -154,7 +154,7 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
 
 def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
     """Speculative sampling on the device draws the first two tokens from the target's own distribution."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings, SamplingSettings
     from tests.engine.helpers import chi_square_pvalue, first_two_distribution  # the suite's own check
@@ -180,7 +180,7 @@ def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
 
 def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
     """ASD on the device commits what it commits on the CPU, with the same ledger."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import AsdSettings, DecodeSettings
 
@@ -206,8 +206,8 @@ def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
 
 def check_cache(pairs: dict, device: str, sizes: Sizes) -> dict:
     """Cached logits after random rollbacks equal a full recompute without a cache, in every execution mode."""
-    from app.engine.cached_model import CachedModel
     from app.engine.loading import load_models
+    from app.engine.runtime.cached_model import CachedModel
 
     rows = []
     for arch, (target, _) in pairs.items():
@@ -245,9 +245,9 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
 
     import torch
 
-    from app.engine.bench import BenchPrompt, hf, ours
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.execution import resolve_execution
+    from app.bench.methods import BenchPrompt, hf, ours
+    from app.engine.decoding.decoder import SpeculativeDecoder
+    from app.engine.runtime.execution import resolve_execution
     from tests.fixtures.real_shapes import stand_in, weight_bytes
 
     if torch.device(device).type == "cuda":
@@ -336,8 +336,8 @@ def profile_fast_path(key: str, device: str, dtype, sizes: Sizes, tiny: bool, ou
 
     from torch.profiler import ProfilerActivity, profile
 
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.execution import resolve_execution
+    from app.engine.decoding.decoder import SpeculativeDecoder
+    from app.engine.runtime.execution import resolve_execution
     from app.engine.settings import DecodeSettings
     from tests.fixtures.real_shapes import stand_in
 
@@ -371,7 +371,7 @@ def profile_fast_path(key: str, device: str, dtype, sizes: Sizes, tiny: bool, ou
 def environment(device: str) -> dict:
     import torch
 
-    from app.engine.bench import software_versions
+    from app.bench.methods import software_versions
 
     info = {"device": device, **software_versions(torch.device(device)), "python": platform.python_version(),
             "cpus": os.cpu_count(), "load_average": list(os.getloadavg())}
@@ -464,7 +464,7 @@ def run(args: argparse.Namespace) -> dict:
 
     def half() -> dict:
         from tests.fixtures.architectures import ARCHITECTURES
-        from tools.half_precision import markdown, measure
+        from tools.measure.half_precision import markdown, measure
 
         result = measure("bfloat16", sizes.half_tokens, sizes.k, sizes.half_archs or list(ARCHITECTURES),
                          device=args.device, prompts=HALF_PROMPTS[: sizes.half_prompts])

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.settings_store import DEFAULT_REQUEST
 
     app = qt_application()
-    engine = LocalEngine.load(dict(DEFAULT_REQUEST))
+    engine = LocalEngine.load(DEFAULT_REQUEST)
     args.out.mkdir(parents=True, exist_ok=True)
     for width, height in SIZES:
         for name, show in (("window", show_window), ("inspector", show_inspector), ("tree", show_tree),
@@ -55,7 +55,7 @@ def render(app, engine, size: tuple[int, int], show, path: Path) -> None:
         HistoryOutOfCollector(window.session)
         window.resize(*size)
         window.show()
-        window.set_engine(engine, dict(DEFAULT_REQUEST))
+        window.set_engine(engine, DEFAULT_REQUEST)
         show(app, window)
         settle(app)
         window.grab().save(str(path))

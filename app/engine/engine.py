@@ -1,6 +1,6 @@
 """The one contract between the window (or any other front end) and an engine, wherever it runs.
 
-    engine = LocalEngine.load(dict(target=None, draft=None))   # or EngineProcess(request): the same contract
+    engine = LocalEngine.load(LoadRequest())                 # or EngineProcess(request): the same contract
     engine.summary                                             # ModelsSummary: plain data about the models
     for event in engine.generate(prompt, live, control): ...  # StartEvent, PassEvent ..., EndEvent
     for event in engine.race(prompt, live, control): ...      # RaceEvent ..., RaceResult
@@ -14,15 +14,16 @@ This module imports neither torch nor Qt: the window's process uses the contract
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.engine.events import Event
+from app.engine.load_request import LoadRequest
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, RepetitionSettings
 
 if TYPE_CHECKING:
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import LoadedModels
     from app.engine.race import RaceEvent, RaceResult
 
@@ -43,7 +44,7 @@ class ModelsSummary:
     default_exit_layer: int
     context_length: int
     has_chat_template: bool = False  # the target tokenizer can wrap a prompt as a chat turn
-    execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/execution.py)
+    execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/runtime/execution.py)
     suggested_repetition: RepetitionSettings = RepetitionSettings()  # the family's starting repetition controls
 
     @classmethod
@@ -85,35 +86,37 @@ class Engine(Protocol):
         ...
 
 
-EngineFactory = Callable[[dict, Progress, Cancelled], Engine]  # (load_models' arguments, progress, cancelled)
+EngineFactory = Callable[[LoadRequest, Progress, Cancelled], Engine]  # (the models to load, progress, cancelled)
 
 
 class LocalEngine:
     """The engine in this process: loaded models, their decoder, and races on the same models."""
 
     def __init__(self, models: LoadedModels, decoder: SpeculativeDecoder | None = None) -> None:
-        from app.engine.decoder import SpeculativeDecoder  # here: the contract imports without torch
+        from app.engine.decoding.decoder import SpeculativeDecoder  # here: the contract imports without torch
 
         self.models = models
         self.decoder = decoder if decoder is not None else SpeculativeDecoder(models)
         self.summary = ModelsSummary.of(models)
 
     @classmethod
-    def load(cls, request: dict, progress: Progress | None = None, cancelled: Cancelled = lambda: False) -> LocalEngine:
-        """Load `request` (load_models' arguments). A model's weights cannot be interrupted half read, nor can one
+    def load(cls, request: LoadRequest | Mapping[str, Any], progress: Progress | None = None,
+             cancelled: Cancelled = lambda: False) -> LocalEngine:
+        """Load `request` (a `LoadRequest`, or its dict). A model's weights cannot be interrupted half read, nor can one
         compile, so a cancel takes effect where `progress` is next called (each model read, each shape compiled
         when compiling): let `progress` raise to abandon the load."""
         from app.engine.loading import load_models
 
-        return cls(load_models(**request, progress=progress))
+        return cls(load_models(**LoadRequest.of(request).to_dict(), progress=progress))
 
     @property
     def alive(self) -> bool:
         return True  # it lives as long as this process
 
     def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
-                 chat_template: bool = False) -> Iterator[Event]:
-        return self.decoder.generate(prompt, live, control, chat_template=chat_template)
+                 chat_template: bool = False, inspect: bool = True) -> Iterator[Event]:
+        """`inspect=False`: the pass events leave out the inspector's detail (see `SpeculativeDecoder.generate`)."""
+        return self.decoder.generate(prompt, live, control, chat_template=chat_template, inspect=inspect)
 
     def race(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
              chat_template: bool = False) -> Iterator[RaceEvent | RaceResult]:

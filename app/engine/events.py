@@ -102,7 +102,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class RunningStats:
-    """Cumulative figures of a request, computed by `app/engine/stats.py` (docs/ALGORITHMS.md §7)."""
+    """Cumulative figures of a request, computed by `app/engine/core/stats.py` (docs/ALGORITHMS.md §7)."""
 
     alpha: float | None  # accepted / (accepted + passes that ended in a rejection): the α of E(α, K)
     tokens_per_pass: float
@@ -113,6 +113,7 @@ class RunningStats:
     verify_cost: float | None = None  # mean verification forward over one target forward of one token
     estimated_speedup: float | None = None  # tokens x (one target forward) / time: an estimate, not a race
     target_forward_ms: float | None = None  # t_T: the median one-token target forward of the run
+    overhead: float | None = None  # share of pass time outside drafting and the verification forward
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class PassDetail:
 
 @dataclass(frozen=True)
 class ExecutionMode:
-    """How the target runs (app/engine/execution.py): its KV cache and whether its short forwards are compiled."""
+    """How the target runs (runtime/execution.py): its KV cache and whether its short forwards are compiled."""
 
     cache: str = "dynamic"  # dynamic | static
     compiled: bool = False
@@ -222,6 +223,29 @@ class AsdSummary:
 
 
 @dataclass(frozen=True)
+class AcceptanceSummary:
+    """A request's acceptance in the terms vLLM, SGLang and llama.cpp report (docs/ALGORITHMS.md §7.7).
+
+    Over the drafting passes N (passes that drafted at least one token): the mean acceptance length
+    1 + accepted / N counts the bonus (or correction) token; `acceptance_by_position[i]` is vLLM's
+    unconditional rate (passes that accepted draft i / N), `alpha_by_position[i]` ours, conditional
+    (accepted at i / tested at i, §7.4); `histogram[j]` counts the passes that accepted exactly j drafts
+    (it sums to N) and `predicted_histogram[j]` is its expectation under the i.i.d. model at α, each pass
+    with its own K (None when the run drafted trees, which that model does not describe).
+    """
+
+    drafting_passes: int
+    accepted: int  # accepted drafts, as in α
+    drafted: int  # drafts the target judged (clipped ones excluded), as in the acceptance rate
+    mean_acceptance_length: float | None
+    draft_acceptance_rate: float | None  # accepted / drafted: RunningStats.acceptance_rate
+    acceptance_by_position: tuple[float, ...]
+    alpha_by_position: tuple[float | None, ...]
+    histogram: tuple[int, ...]
+    predicted_histogram: tuple[float, ...] | None
+
+
+@dataclass(frozen=True)
 class EndEvent:
     reason: EndReason
     token_ids: tuple[int, ...]
@@ -232,6 +256,7 @@ class EndEvent:
     error: str | None = None
     error_type: str | None = None
     asd: AsdSummary | None = None  # ASD only: exceptions, regret, reuse and passes saved of the request
+    acceptance: AcceptanceSummary | None = None  # the field's acceptance figures and histogram (§7.7)
     type: str = "end"
 
 

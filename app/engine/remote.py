@@ -6,16 +6,17 @@ same process as the decoder takes its turns away from the decoder's Python.
 event objects back through a pipe, so the window and the engine each keep a
 CPU core to themselves.
 
-    engine = EngineProcess(dict(target=None, draft=None))   # loads in the child; raises ModelLoadError ...
+    engine = EngineProcess(LoadRequest())                  # loads in the child; raises ModelLoadError ...
     for event in engine.generate(prompt, live, control):     # the Engine contract (app/engine/engine.py)
         ...
     for event in engine.race(prompt, settings):               # both lanes run in the child
         ...
     engine.close()
 
-While a run streams, the caller's `LiveSettings` and `GenerationControl` are
-watched and every change is forwarded, so live toggles, pause, step and stop
-behave as they do in process. One run at a time.
+While a run streams, every change of the caller's `LiveSettings` and
+`GenerationControl` is pushed to the child as it happens (their `watch`), so
+live toggles, pause, step and stop behave as they do in process; the parent
+polls the pipe only to notice a child that died. One run at a time.
 
 Most of a child's start-up is importing torch and transformers, before it
 needs to know which models to load. `EngineProcessStarter` starts a child
@@ -26,10 +27,7 @@ and hands it the models to load when the window asks for them:
     ...                                        # meanwhile: Qt, the window, the saved settings
     engine = engines(request, progress, cancelled)   # an EngineFactory: that child loads `request`
 
-Messages, parent -> child: ("load", request), ("run", kind, prompt, settings, chat_template, requests),
-("live", settings), ("control", requests), ("close",). Child -> parent: ("progress", fraction, message),
-("loaded", summary, token_texts), ("failed", error_type, message), ("started",), ("event", event), ("done",),
-("raised", error_type, message).
+The messages are the frozen dataclasses of app/engine/protocol.py, dispatched with `match` on both sides.
 """
 
 from __future__ import annotations
@@ -39,17 +37,36 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from app.engine import errors
 from app.engine.engine import ModelsSummary
+from app.engine.load_request import LoadRequest
+from app.engine.protocol import (
+    CloseEngine,
+    ControlChange,
+    ErrorReport,
+    LiveChange,
+    LoadFailed,
+    LoadModels,
+    LoadProgress,
+    ModelsLoaded,
+    RunDone,
+    RunEvent,
+    RunKind,
+    RunRaised,
+    RunStarted,
+    StartRun,
+    ToChild,
+    ToParent,
+)
 from app.engine.settings import ControlRequests, DecodeSettings, GenerationControl, LiveSettings, SettingsError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-POLL_S = 0.02  # how often a waiting parent looks at the caller's settings and control
+POLL_S = 0.02  # how often a waiting parent checks that the child lives (and, loading, whether it was cancelled)
 CLOSE_GRACE_S = 0.1  # how long a closing engine may take to end by itself before it is terminated
 DRAIN_S = 10.0  # how long an abandoned run may take to notice its stop before the process is ended
 AHEAD_MIN_CORES = 3  # an engine process started ahead of the window needs a core of its own beside it
@@ -66,7 +83,7 @@ class EngineProcessError(errors.EngineError):
 # --- parent side ----------------------------------------------------------------------------------------------
 class EngineChild:
     """A started engine process without models yet: it imports torch, transformers and the engine while the
-    caller goes on, then loads the models of the ("load", request) message it is sent (`EngineProcess` sends
+    caller goes on, then loads the models of the `LoadModels` message it is sent (`EngineProcess` sends
     it). Ended unused, or once its parent is gone, it loads nothing."""
 
     def __init__(self, threads: int | None = None) -> None:
@@ -81,7 +98,7 @@ class EngineChild:
         """End the child (asking first, then terminating); safe to call twice."""
         if self.process.is_alive():
             try:
-                self.conn.send(("close",))
+                self.conn.send(CloseEngine())
             except OSError:
                 pass
             self.process.join(timeout_s)
@@ -113,7 +130,7 @@ class EngineProcessStarter:
             ahead = (os.cpu_count() or 1) >= AHEAD_MIN_CORES
         self._ahead: EngineChild | None = EngineChild(threads) if ahead else None
 
-    def __call__(self, request: dict, progress: Callable[[float, str], None] | None = None,
+    def __call__(self, request: LoadRequest | Mapping[str, Any], progress: Callable[[float, str], None] | None = None,
                  cancelled: Callable[[], bool] = lambda: False) -> EngineProcess:
         return EngineProcess(request, progress, cancelled, self._threads, child=self._take())
 
@@ -134,11 +151,11 @@ class EngineProcess:
 
     Implements the `Engine` protocol of app/engine/engine.py, so the class itself is an engine factory."""
 
-    def __init__(self, request: dict, progress: Callable[[float, str], None] | None = None,
+    def __init__(self, request: LoadRequest | Mapping[str, Any], progress: Callable[[float, str], None] | None = None,
                  cancelled: Callable[[], bool] = lambda: False, threads: int | None = None,
                  child: EngineChild | None = None) -> None:
         """Start a child (or take `child`, one started ahead) and wait until it has loaded `request`
-        (load_models' arguments). `threads` is the new child's; a child started ahead has its own.
+        (a `LoadRequest`, or its dict). `threads` is the new child's; a child started ahead has its own.
 
         Raises the loader's typed error (ModelLoadError, OutOfMemoryError ...) or EngineProcessError;
         the child is gone then. `cancelled()` is polled while waiting: True ends the child at once.
@@ -146,9 +163,10 @@ class EngineProcess:
         self._child = child if child is not None else EngineChild(threads)
         self._conn, self._process = self._child.conn, self._child.process
         self._lock = threading.Lock()  # one run at a time
+        self._send_lock = threading.Lock()  # a run's reader and the threads that push its changes share the pipe
         self._token_texts: tuple[str, ...] = ()
         try:
-            self._send(("load", dict(request)))
+            self._send(LoadModels(LoadRequest.of(request)))
             self.summary: ModelsSummary = self._await_load(progress or (lambda fraction, message: None), cancelled)
         except BaseException:
             self.close()  # a failed child is on its way out; a cancelled one need not finish
@@ -189,31 +207,29 @@ class EngineProcess:
         while True:
             if cancelled():
                 raise EngineProcessError("loading was cancelled")
-            message = self._receive(POLL_S)
-            if message is None:
-                continue
-            kind = message[0]
-            if kind == "progress":
-                progress(message[1], message[2])
-            elif kind == "loaded":
-                self._token_texts = message[2]
-                return message[1]
-            elif kind == "failed":
-                raise _typed_error(message[1], message[2])
+            match self._receive(POLL_S):
+                case LoadProgress(fraction, message):
+                    progress(fraction, message)
+                case ModelsLoaded(summary, token_texts):
+                    self._token_texts = token_texts
+                    return summary
+                case LoadFailed(error):
+                    raise _typed_error(error)
 
     # -- running
-    def _run(self, kind: str, prompt: str, live, control, chat_template: bool) -> Iterator:
+    def _run(self, kind: RunKind, prompt: str, live, control, chat_template: bool) -> Iterator:
         live = LiveSettings(live) if isinstance(live, DecodeSettings) else live
         control = control or GenerationControl()
         if not self._lock.acquire(blocking=False):
             raise EngineProcessError("the engine is already running a generation: stop it first")
+        link = _RunLink(self, live, control)
         try:
-            link = _RunLink(self, live, control)
-            self._send(("run", kind, prompt, link.settings, chat_template, link.requests))
-            first = link.next_message()
-            if first[0] == "raised":
-                raise _typed_error(first[1], first[2])
+            link.start(kind, prompt, chat_template)
+            match link.next_message():
+                case RunRaised(error):
+                    raise _typed_error(error)
         except BaseException:
+            link.close()
             self._lock.release()
             raise
         return _Stream(self, link)
@@ -221,25 +237,25 @@ class EngineProcess:
     def _abandon(self, link: _RunLink) -> None:
         """The caller stopped reading mid-run: stop the child's run and drop what it still sends."""
         try:
-            link.control.stop()
-            link.forward_changes()
+            link.control.stop()  # pushed to the child by the link
             waited = 0.0
             while waited < DRAIN_S:
                 message = self._receive(POLL_S)
                 waited += POLL_S
-                if message is not None and message[0] in ("done", "raised"):
+                if isinstance(message, RunDone | RunRaised):
                     return
         except EngineProcessError:
             return
         self.close()  # a child that does not stop cannot be trusted with the next run
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message: ToChild) -> None:
         try:
-            self._conn.send(message)
+            with self._send_lock:
+                self._conn.send(message)
         except (OSError, ValueError):  # a closed pipe, or a child that is gone
             raise self._gone() from None
 
-    def _receive(self, timeout_s: float):
+    def _receive(self, timeout_s: float) -> ToParent | None:
         """The next message, None after `timeout_s` of silence; EngineProcessError if the child is gone."""
         try:
             if self._conn.poll(timeout_s):
@@ -276,12 +292,14 @@ class _Stream:
         except BaseException:
             self._finish()
             raise
-        if message[0] == "event":
-            return message[1]
+        match message:
+            case RunEvent(event):
+                return event
+            case RunRaised(error):
+                self._finish()
+                raise _typed_error(error)
         self._finish()
-        if message[0] == "raised":
-            raise _typed_error(message[1], message[2])
-        raise StopIteration  # "done"
+        raise StopIteration  # RunDone
 
     def close(self) -> None:
         if self._open:
@@ -299,37 +317,59 @@ class _Stream:
     def _finish(self) -> None:
         if self._open:
             self._open = False
+            self._link.close()
             self._engine._lock.release()  # noqa: SLF001
 
 
 class _RunLink:
-    """One run's link: forwards the caller's settings and control to the child as they change."""
+    """One run's link: starts it in the child, then pushes the caller's settings and control there whenever they
+    change, on the thread that changed them."""
 
     def __init__(self, engine: EngineProcess, live: LiveSettings, control: GenerationControl) -> None:
         self.engine, self.live, self.control = engine, live, control
-        self.settings: DecodeSettings = live.get()
-        self.requests: ControlRequests = control.requests()
+        self._lock = threading.RLock()  # a change pushed while the run starts waits for its StartRun
+        self._settings: DecodeSettings | None = None  # what the child has; None until the run starts
+        self._requests: ControlRequests | None = None
+        self._unwatch = (live.watch(self._on_change), control.watch(self._on_change))
+
+    def start(self, kind: RunKind, prompt: str, chat_template: bool) -> None:
+        with self._lock:
+            self._settings, self._requests = self.live.get(), self.control.requests()
+            self.engine._send(StartRun(kind, prompt, self._settings, chat_template, self._requests))  # noqa: SLF001
 
     def forward_changes(self) -> None:
-        settings, requests = self.live.get(), self.control.requests()
-        if settings is not self.settings:
-            self.settings = settings
-            self.engine._send(("live", settings))  # noqa: SLF001 - the link is part of the engine
-        if requests != self.requests:
-            self.requests = requests
-            self.engine._send(("control", requests))  # noqa: SLF001
+        """Send the child what changed since it last heard (nothing before the run started)."""
+        with self._lock:
+            if self._settings is None:
+                return
+            settings, requests = self.live.get(), self.control.requests()
+            if settings is not self._settings:
+                self._settings = settings
+                self.engine._send(LiveChange(settings))  # noqa: SLF001 - the link is part of the engine
+            if requests != self._requests:
+                self._requests = requests
+                self.engine._send(ControlChange(requests))  # noqa: SLF001
 
-    def next_message(self):
-        while True:
+    def _on_change(self) -> None:
+        try:
             self.forward_changes()
+        except EngineProcessError:
+            pass  # the child is gone: the run's reader finds out at its next look, and says so there
+
+    def next_message(self) -> ToParent:
+        while True:
             message = self.engine._receive(POLL_S)  # noqa: SLF001
             if message is not None:
                 return message
 
+    def close(self) -> None:
+        for unwatch in self._unwatch:
+            unwatch()
 
-def _typed_error(error_type: str, message: str) -> Exception:
-    cls = _TYPED_ERRORS.get(error_type)
-    return cls(message) if cls is not None else EngineProcessError(f"{error_type}: {message}")
+
+def _typed_error(error: ErrorReport) -> Exception:
+    cls = _TYPED_ERRORS.get(error.error_type)
+    return cls(error.message) if cls is not None else EngineProcessError(f"{error.error_type}: {error.message}")
 
 
 # --- child side -----------------------------------------------------------------------------------------------
@@ -345,7 +385,7 @@ def serve(conn, threads: int | None) -> None:
     import transformers.tokenization_utils_tokenizers  # noqa: F401
     from transformers.utils import logging as hf_logging
 
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
     hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not
@@ -354,22 +394,23 @@ def serve(conn, threads: int | None) -> None:
     if request is None:
         return  # closed (or the parent is gone) before it asked for models
     try:
-        models = load_models(**request, progress=lambda fraction, message: conn.send(("progress", fraction, message)))
+        models = load_models(**request.to_dict(),
+                             progress=lambda fraction, message: conn.send(LoadProgress(fraction, message)))
         decoder = SpeculativeDecoder(models)
     except Exception as error:  # noqa: BLE001 - every failure goes to the parent as a typed message
-        conn.send(("failed", type(error).__name__, str(error) or type(error).__name__))
+        conn.send(LoadFailed(ErrorReport.of(error)))
         return
-    conn.send(("loaded", ModelsSummary.of(models), token_texts(models.tokenizer)))
+    conn.send(ModelsLoaded(ModelsSummary.of(models), token_texts(models.tokenizer)))
     _Host(conn, models, decoder).serve()
 
 
-def _await_request(conn) -> dict | None:
-    """The models to load (load_models' arguments); None if the parent closes first or is gone."""
+def _await_request(conn) -> LoadRequest | None:
+    """The models to load; None if the parent closes first or is gone."""
     try:
         message = conn.recv()
     except (EOFError, OSError):
         return None
-    return message[1] if message[0] == "load" else None
+    return message.request if isinstance(message, LoadModels) else None
 
 
 def token_texts(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
@@ -400,39 +441,35 @@ class _Host:
 
     def _read(self) -> None:
         try:
-            while True:
-                message = self._conn.recv()
-                kind = message[0]
-                if kind == "run":
-                    _, run_kind, prompt, settings, chat_template, requests = message
-                    # Made here, not on the main thread, so the messages that follow reach this run's objects.
-                    self._live, self._control = LiveSettings(settings), GenerationControl()
-                    self._control.follow(requests)
-                    self._jobs.put((run_kind, prompt, self._live, self._control, chat_template))
-                elif kind == "live":
-                    self._live.set(message[1])
-                elif kind == "control":
-                    self._control.follow(message[1])
-                elif kind == "close":
-                    break
+            while not isinstance(message := self._conn.recv(), CloseEngine):
+                match message:
+                    case StartRun(kind, prompt, settings, chat_template, requests):
+                        # Made here, not on the main thread, so the messages that follow reach this run's objects.
+                        self._live, self._control = LiveSettings(settings), GenerationControl()
+                        self._control.follow(requests)
+                        self._jobs.put((kind, prompt, self._live, self._control, chat_template))
+                    case LiveChange(settings):
+                        self._live.set(settings)
+                    case ControlChange(requests):
+                        self._control.follow(requests)
         except (EOFError, OSError):
             pass  # the parent is gone
         self._control.stop()
         self._jobs.put(None)
 
-    def _execute(self, kind: str, prompt: str, live: LiveSettings, control: GenerationControl,
+    def _execute(self, kind: RunKind, prompt: str, live: LiveSettings, control: GenerationControl,
                  chat_template: bool) -> None:
         try:
             runner = self._decoder if kind == "decode" else _race(self._models)
             events = runner.generate(prompt, live, control, chat_template=chat_template)
-            self._conn.send(("started",))
+            self._conn.send(RunStarted())
             for event in events:
-                self._conn.send(("event", event))
-            self._conn.send(("done",))
+                self._conn.send(RunEvent(event))
+            self._conn.send(RunDone())
         except (EOFError, OSError, BrokenPipeError):
             self._jobs.put(None)
         except Exception as error:  # noqa: BLE001 - reaches the parent as the same typed error
-            self._conn.send(("raised", type(error).__name__, str(error) or type(error).__name__))
+            self._conn.send(RunRaised(ErrorReport.of(error)))
 
 
 def _race(models):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
@@ -59,7 +60,7 @@ class SamplingSettings:
 class RepetitionSettings:
     """Repetition controls applied to target and drafter logits alike, before any warping, under every rule.
 
-    Hugging Face's semantics (docs/ALGORITHMS.md §4.5; computed in app/engine/repetition.py).
+    Hugging Face's semantics (docs/ALGORITHMS.md §4.5; computed in app/engine/core/repetition.py).
     """
 
     penalty: float = 1.0  # logits of tokens already in the context: < 0 times penalty, else over it; 1.0 = off
@@ -219,10 +220,37 @@ def settings_from_dict(data: dict) -> DecodeSettings:
     return DecodeSettings(**plain)
 
 
-class LiveSettings:
+class Watched:
+    """Callbacks told after every change, on the thread that made it and outside any lock of the value: how a
+    copy in an engine process is kept in step (app/engine/remote.py pushes each change down its pipe)."""
+
+    def __init__(self) -> None:
+        self._watchers: list[Callable[[], None]] = []
+        self._watchers_lock = threading.Lock()
+
+    def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call `changed()` after every change from now on; returns the call that stops it."""
+        with self._watchers_lock:
+            self._watchers.append(changed)
+
+        def unwatch() -> None:
+            with self._watchers_lock:
+                if changed in self._watchers:
+                    self._watchers.remove(changed)
+        return unwatch
+
+    def _changed(self) -> None:
+        with self._watchers_lock:
+            watchers = list(self._watchers)
+        for changed in watchers:
+            changed()
+
+
+class LiveSettings(Watched):
     """Thread-safe holder of the current settings; written by the window, read per pass."""
 
     def __init__(self, settings: DecodeSettings | None = None) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._settings = settings or DecodeSettings()
 
@@ -233,12 +261,14 @@ class LiveSettings:
     def set(self, settings: DecodeSettings) -> None:
         with self._lock:
             self._settings = settings
+        self._changed()
 
     def update(self, **changes) -> DecodeSettings:
         """Apply changes atomically; raises SettingsError and keeps the old value if invalid."""
         with self._lock:
-            self._settings = self._settings.with_changes(**changes)
-            return self._settings
+            self._settings = updated = self._settings.with_changes(**changes)
+        self._changed()
+        return updated
 
 
 @dataclass(frozen=True)
@@ -251,10 +281,11 @@ class ControlRequests:
     min_pass_interval_s: float = 0.0  # slow motion: at least this long between the starts of two passes
 
 
-class GenerationControl:
+class GenerationControl(Watched):
     """Stop / pause / single-step / slow-motion requests, checked by the decoder between passes."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._cond = threading.Condition()
         self._stop = False
         self._paused = False
@@ -270,6 +301,7 @@ class GenerationControl:
         with self._cond:
             self._min_interval = float(seconds)
             self._cond.notify_all()
+        self._changed()
 
     @property
     def min_pass_interval(self) -> float:
@@ -280,15 +312,18 @@ class GenerationControl:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        self._changed()
 
     def pause(self) -> None:
         with self._cond:
             self._paused = True
+        self._changed()
 
     def resume(self) -> None:
         with self._cond:
             self._paused = False
             self._cond.notify_all()
+        self._changed()
 
     def step(self) -> None:
         """Allow exactly one more pass while paused."""
@@ -297,6 +332,7 @@ class GenerationControl:
             self._steps += 1
             self._granted += 1
             self._cond.notify_all()
+        self._changed()
 
     def requests(self) -> ControlRequests:
         """What has been asked of this control so far, as plain data."""
@@ -313,6 +349,7 @@ class GenerationControl:
             self._stop = self._stop or wanted.stopped
             self._min_interval = wanted.min_pass_interval_s
             self._cond.notify_all()
+        self._changed()
 
     @property
     def stopped(self) -> bool:

@@ -1,6 +1,6 @@
 """The ASD trade-off view: the speed / fidelity frontier of the last bench, and where the knobs g, M, B sit on it.
 
-Reads the JSON that `python -m app bench --asd --json FILE` writes (app/engine/asd_sweep.py; the committed one is
+Reads the JSON that `python -m app bench asd --json FILE` writes (app/bench/asd.py; the committed one is
 docs/asd-frontier.json) and draws it with app/asd_plot.py's `draw_frontier`: x = tokens/s relative to strict greedy
 with the same drafter, y = mean log-probability delta per token against it (docs/ALGORITHMS.md §5.6), one colour per
 drafter, the defaults as stars; the key stands at the top of the side column, off the points. The drafter panel's
@@ -26,9 +26,12 @@ from app.asd_plot import Z_MARKS, draw_frontier, legend_item
 from app.engine.events import AsdSummary
 from app.engine.settings import AsdSettings
 from app.widgets import scrolled
+from app.widgets.chart_export import install_export_menu
+from app.widgets.chart_style import style_legend, style_plot
+from app.widgets.theme import Theme, follow_theme, theme_hub
 
 DEFAULT_SWEEP = Path(app.__file__).resolve().parent.parent / "docs" / "asd-frontier.json"
-NO_SWEEP = ("No ASD sweep to show: {why}. Run `python -m app bench --asd --json FILE` and open it with "
+NO_SWEEP = ("No ASD sweep to show: {why}. Run `python -m app bench asd --json FILE` and open it with "
             "File → Open ASD sweep…")
 CAPTION = ("Each point is one (B, g, M) measured by the bench on its prompts; the ring marks the points at the "
            "drafter panel's knobs. A run here is not placed on the x axis: its speed against strict greedy would "
@@ -47,12 +50,13 @@ class AsdTradeoffView(QWidget):
         self.data: dict | None = None
         self.path: Path | None = None
         self.knobs = AsdSettings()
+        self._theme = theme_hub().theme
         self.plot_widget = pg.PlotWidget()
-        self.plot_widget.setBackground(None)
+        self.plot_widget.setBackground(self._theme.background)
         self.plot_widget.setMinimumSize(320, 160)  # the dock does not scroll: the side column does
         self.plot = self.plot_widget.getPlotItem()
         # The key beside the plot, at the top of the side column: over the plot it would hide points.
-        self.legend = legend_item(ink=self.palette().text().color(), paper=self.palette().window().color())
+        self.legend = legend_item(ink=self._theme.text, paper=self._theme.background)
         self.legend_view = pg.GraphicsLayoutWidget()
         self.legend_view.setBackground(None)
         self.legend_view.setFrameShape(QFrame.Shape.NoFrame)
@@ -102,6 +106,19 @@ class AsdTradeoffView(QWidget):
         column.addLayout(row, 1)
         self._rings: pg.ScatterPlotItem | None = None
         self.show_knobs(self.knobs)
+        style_plot(self.plot, self._theme)
+        install_export_menu(self.plot_widget, "asd-tradeoff")
+        follow_theme(self, self.apply_theme)
+
+    def apply_theme(self, theme: Theme) -> None:
+        """The plot's background, text and marks in the theme's colours and sizes (the sweep is drawn again)."""
+        self._theme = theme
+        self.plot_widget.setBackground(theme.background)
+        style_legend(self.legend, theme)
+        if self.path is not None and self.data is not None:
+            self.load(self.path)
+        else:
+            style_plot(self.plot, theme)
 
     # --- the sweep -----------------------------------------------------------------
     def load(self, path: str | Path | None = None) -> bool:
@@ -119,15 +136,16 @@ class AsdTradeoffView(QWidget):
         self.plot.clear()
         self.legend.clear()
         try:
-            draw_frontier(self.plot, data, ink=self.palette().text().color(), label_points=7,
-                          paper=self.palette().window().color(), legend=self.legend)
+            draw_frontier(self.plot, data, ink=self._theme.text, label_points=round(self._theme.chart_px * 0.55),
+                          paper=self._theme.background, legend=self.legend)
         except (KeyError, TypeError) as error:
             return self._none(f"{path} lacks a field of a sweep point ({error})")
         self._rings = pg.ScatterPlotItem([], [], symbol="o", size=26, brush=None,
-                                         pen=pg.mkPen(self.palette().text().color(), width=2))
+                                         pen=pg.mkPen(self._theme.text, width=2))
         self._rings.setZValue(Z_MARKS)  # over the points' labels
         self.plot.addItem(self._rings)
         self.legend.addItem(self._rings, "at the panel's knobs")
+        style_plot(self.plot, self._theme)
         key = self.legend.effectiveSizeHint(Qt.SizeHint.PreferredSize)
         self.legend_view.setFixedHeight(math.ceil(key.height()) + 2)  # the whole key, with its frame
         self.legend_view.show()

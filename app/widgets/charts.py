@@ -1,6 +1,6 @@
 """Live charts of a run (pyqtgraph): one `setData` per curve per refresh tick, from NumPy slices.
 
-Every figure is read from the session, which has it from app/engine/stats.py
+Every figure is read from the session, which has it from app/engine/core/stats.py
 (docs/ALGORITHMS.md §6-§7). Plots: alpha = accepted / (accepted + passes that
 ended in a rejection) per pass (rolling and cumulative, one colour per
 drafter) with the acceptance rate accepted / drafted dotted beside it; tokens
@@ -37,22 +37,30 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph import exporters
+import shiboken6
 from PySide6.QtCore import QEvent, QObject, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsItem,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.widgets import on_screen
+from app.widgets.chart_export import install_export_menu, save_item_png
+from app.widgets.chart_style import font_px as _font_px
+from app.widgets.chart_style import style_plot, style_text_item, style_view
+from app.widgets.compare import PinnedRun, RunSummaryTable, overlay_pen, summary_of
+from app.widgets.run_view import RunView, bound
+from app.widgets.theme import NORMAL, Theme, follow_theme, theme_hub
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 PLOT_COUNT = 5
@@ -60,37 +68,45 @@ STAGGER_MS = MIN_REDRAW_MS // PLOT_COUNT  # one plot per turn: each plot is redr
 # The x axes grow in these steps, so axis ticks are not re-laid out every tick.
 X_STEPS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
 MAX_BARS = 500  # more passes than this are drawn as bins of consecutive passes (their mean)
-LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title
+LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title, at the normal text size
 MIN_ROW_PX = 200  # a row of plots (title, plot, axis, legend) never gets less; the grid scrolls instead
 MIN_DOCK_PX = 200  # the charts never collapse to nothing in a small window
 MAX_COLUMNS = 3  # plots to a row when the dock is wide enough; fewer when it is not
 SETTLE_ROWS = 8  # the first passes' estimates are noisy: a spike there does not set a y range for good
-BASE_TEXT_PT = 9.0
+ALPHA_TOP = 1.08  # the α axis: 0 .. 1 with room above 1.0 so lines near 1 do not run into the frame
+ALPHA_TICKS = [[(v / 5, f"{v / 5:.1f}") for v in range(6)]]
+LABEL_ROWS = 3  # change labels are staggered on up to this many rows, from the top of the α plot down
+ALPHA_BOTTOM = -0.03  # a little room under 0 so the 0.0 tick has its label
+LEGEND_LINE_CHARS = 30  # a legend line holds entries up to about this many characters
+LABEL_CHARS = 26  # a change label longer than this is elided (its line's tooltip has it whole)
 GAUGE_PX = 120  # the ASD budget bar (its figures are in words beside it)
 # Line glyphs of the legends, one per pen style
 SOLID, DASHED, DOTTED, CROSS = "━━", "╍╍", "┈┈", "✕"
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-DRAFTER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
-OVERALL_COLOUR = "#777777"
 
 
 class RunCharts(QWidget):
+    scroll: QScrollArea  # type: ignore[assignment]  # the grid's scroll area (it hides QWidget.scroll, unused here)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._session = None
+        self._session: RunView | None = None
         self._from_row = 0  # rows before this were cleared from view
         self._x_spans: dict[int, tuple[float, float]] = {}  # plot index -> its stepped x range
         self._y_top: dict[int, float] = {}  # id(plot) -> top of its stepped y range
         self._turn = 0  # the plot whose turn is next
         self._drawn_rows = [-1] * PLOT_COUNT  # series size each plot last showed
         self._markers: list[list[pg.InfiniteLine]] = [[] for _ in range(PLOT_COUNT)]  # per plot: change markers
+        self._theme: Theme = theme_hub().theme
         self._text_scale = 1.0
+        self._pass_interval_s = 0.0  # slow motion: the least time between passes shown (0 = full speed)
+        self._pinned: list[tuple[PinnedRun, list[pg.PlotDataItem]]] = []  # earlier runs drawn faded
         self._cells: list[pg.GraphicsLayout] = []  # each plot with its legend, in reading order
         self.columns = MAX_COLUMNS  # plots to a row, as laid out now
+        self._focus: int | None = None  # one plot shown alone, large (presentation mode), or None for all
+        self._laid_out: tuple = (MAX_COLUMNS, None)  # the arrangement in the grid now: (columns, focus)
         self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
-        self.layout_widget.setBackground(None)
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -101,16 +117,28 @@ class RunCharts(QWidget):
         self._build_gauge()
         self.clear_button = QPushButton("Clear charts")
         self.clear_button.clicked.connect(self.clear)
+        self.summary = RunSummaryTable()  # one row per finished run, for side-by-side comparison
+        self.summary.hide()
+        self.compare_button = self._build_compare_menu()
         bar = QHBoxLayout()
         bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
+        bar.addWidget(self.compare_button)
         bar.addWidget(self.clear_button)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.scroll, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.scroll)
+        split.addWidget(self.summary)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
+        column.addWidget(split, 1)
         column.addLayout(bar)
         self.setMinimumHeight(MIN_DOCK_PX)
+        install_export_menu(self.layout_widget, "charts")
+        follow_theme(self, self.apply_theme)
 
     # --- construction -------------------------------------------------------------
     def _plot(self, title: str, y_label: str) -> pg.PlotItem:
@@ -130,7 +158,9 @@ class RunCharts(QWidget):
         # and every axis of every plot would be drawn again in one paint.
         plot.getAxis("left").setWidth(LEFT_AXIS_PX)
         plot.legend_label = cell.addLabel(row=1, col=0, justify="left")  # the legend: text under the plot
+        plot.legend_note = ""
         plot.legend_entries = []  # (colour, glyph, name)
+        plot.pinned_entries = []  # the same, for the pinned runs drawn faded
         plot.plain_title = title
         return plot
 
@@ -145,11 +175,17 @@ class RunCharts(QWidget):
 
     def _build_plots(self) -> None:
         self.alpha_plot = self._plot("α = accepted / tested, per pass", "α")
-        self.alpha_plot.setYRange(0, 1, padding=0.02)
+        self.alpha_plot.setYRange(ALPHA_BOTTOM, ALPHA_TOP, padding=0)
+        self.alpha_plot.getAxis("left").setTicks(ALPHA_TICKS)  # 0.0 .. 1.0, with a 1.0 tick under the headroom
+        self.alpha_plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # 0.0 and 1.0 keep their labels
+        view = self.alpha_plot.getViewBox()
+        view.sigResized.connect(lambda _view: self._while_alive(self._fit_alpha_axis))  # labels keep their size
+        view.sigXRangeChanged.connect(lambda *_: self._while_alive(self._stagger_labels))
         self.alpha_plot.setMouseEnabled(x=True, y=False)  # α is a probability: the axis stays 0-1
-        self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(OVERALL_COLOUR, width=2))
+        overall = self._theme.overall
+        self.overall_alpha = self._line(self.alpha_plot, SOLID, "α, all", pen=pg.mkPen(overall, width=2))
         self.acceptance_rate = self._line(self.alpha_plot, DOTTED, "accepted / drafted",
-                                          pen=pg.mkPen(OVERALL_COLOUR, width=1, style=Qt.PenStyle.DotLine))
+                                          pen=pg.mkPen(overall, width=1, style=Qt.PenStyle.DotLine))
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
         self.tokens_plot = self._plot("Tokens per pass vs E(α, K)", "tokens")
@@ -166,10 +202,10 @@ class RunCharts(QWidget):
         self.ledger_marks = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen("#D55E00"), brush=None)
         self.ledger_plot.addItem(self.ledger_marks)
         self.ledger_plot.legend_entries.append(("#D55E00", CROSS, "exception"))
-        self.ledger_note = pg.TextItem("ASD off", color="#777777", anchor=(0.5, 0.5))
+        self.ledger_note = pg.TextItem("ASD off", anchor=(0.5, 0.5))
         self.ledger_plot.getViewBox().addItem(self.ledger_note, ignoreBounds=True)
 
-        self.speed_plot = self._plot("Throughput", "tokens/s")
+        self.speed_plot = self._plot("Throughput (compute speed)", "tokens/s")
         self.tokens_per_s = self._line(self.speed_plot, SOLID, "tokens/s", pen=pg.mkPen("#009E73", width=2))
 
         self.speedup_plot = self._plot("Speedup: estimated vs predicted", "×")
@@ -183,6 +219,23 @@ class RunCharts(QWidget):
         self._plots = (self.alpha_plot, self.tokens_plot, self.ledger_plot, self.speed_plot, self.speedup_plot)
         for plot in self._plots:
             self._show_legend(plot)
+
+    def _build_compare_menu(self) -> QToolButton:
+        """One small button (the bar stays narrow): pin this run, unpin all, show the table of runs."""
+        menu = QMenu(self)
+        self.pin_action = menu.addAction("Pin this run (keep it faded under the next runs)", self.pin_current)
+        self.unpin_action = menu.addAction("Unpin all", self.unpin_all)
+        self.summary_action = menu.addAction("Show the table of runs")
+        self.summary_action.setCheckable(True)
+        self.summary_action.toggled.connect(self.summary.setVisible)
+        button = QToolButton()
+        button.setText("Compare")
+        button.setToolTip("Pin runs to the charts and show finished runs side by side: α, acceptance rate, tokens "
+                          "per pass against E(α, K), c, v and the estimated speedup")
+        button.setMenu(menu)
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.unpin_action.setEnabled(False)
+        return button
 
     def _build_gauge(self) -> None:
         """ASD budget left of B as a bar, its figures and the exceptions (and, once spent, strict greedy) in words
@@ -201,33 +254,65 @@ class RunCharts(QWidget):
         self.budget_state = "off"  # "off" (not ASD), "on", or "spent" (ASD is now strict greedy)
 
     # --- legends and text size ------------------------------------------------------
-    def _show_legend(self, plot: pg.PlotItem, note: str = "") -> None:
-        """The plot's entries as a compact table of text under it, two or three to a line."""
-        per_line = 3 if len(plot.legend_entries) > 4 else 2
-        cells = [f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}'
-                 for colour, glyph, name in plot.legend_entries]
-        lines = ["&nbsp;&nbsp;&nbsp;".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
-        if note:
-            lines.append(f"<i>{html.escape(note)}</i>")
-        plot.legend_label.setText("<br>".join(lines), size=f"{BASE_TEXT_PT * self._text_scale:.1f}pt")
+    def _show_legend(self, plot: pg.PlotItem, note: str | None = None) -> None:
+        """The plot's entries as a compact table of text under it, two or three to a line: each line's glyph
+        in its colour, the names in the theme's text colour."""
+        if note is not None:
+            plot.legend_note = note
+        entries = plot.legend_entries + plot.pinned_entries
+        lines: list[str] = []
+        line: list[str] = []
+        used = 0
+        for colour, glyph, name in entries:  # packed by length, so no legend line widens the grid
+            if line and used + len(name) > LEGEND_LINE_CHARS:
+                lines.append("&nbsp;&nbsp;&nbsp;".join(line))
+                line, used = [], 0
+            line.append(f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}')
+            used += len(name) + 4
+        if line:
+            lines.append("&nbsp;&nbsp;&nbsp;".join(line))
+        lines += [f"<i>{html.escape(part)}</i>" for part in plot.legend_note.split("\n") if part]  # one line each
+        plot.legend_label.setText("<br>".join(lines), size=f"{self._theme.chart_px}px", color=self._theme.text)
         if len(self._cells) == PLOT_COUNT:  # built: a wider legend may need another arrangement
             self._reflow()
 
     def set_text_scale(self, scale: float) -> None:
-        """Titles, axes and legends at `scale` times the normal size (the Classroom layout)."""
-        self._text_scale = scale
-        points = BASE_TEXT_PT * scale
+        """Titles, axes and legends at `scale` times the normal size (the Classroom layout): every chart
+        follows, through the theme."""
+        theme_hub().set_text_scale(scale)
+
+    def apply_theme(self, theme: Theme) -> None:
+        """Background, titles, axes, ticks and legends in the theme's colours and sizes (normal or presentation)."""
+        self._theme = theme
+        self._text_scale = theme.chart_px / NORMAL.chart_px
+        style_view(self.layout_widget, theme)
+        self._restyle_lines(theme)
         for plot in self._plots:
-            font = QFont()
-            font.setPointSizeF(points)
-            plot.setTitle(plot.plain_title, size=f"{points + 1:.1f}pt")
-            for name in ("left", "bottom"):
-                axis = plot.getAxis(name)
-                axis.setStyle(tickFont=font)
-                axis.label.setFont(font)
-            plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * scale))
-            self._show_legend(plot, self._alpha_note() if plot is self.alpha_plot else "")
+            style_plot(plot, theme, plot.plain_title)
+            plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * max(1.0, self._text_scale)))
+            self._show_legend(plot)
+        style_text_item(self.ledger_note, theme)
+        for index, markers in enumerate(self._markers):
+            for marker in markers:
+                self._plots[index].removeItem(marker)
+            markers.clear()
+        self._drawn_rows = [-1] * PLOT_COUNT
         self._reflow()
+        self.request_refresh()
+
+    def _restyle_lines(self, theme: Theme) -> None:
+        """Line widths follow the theme (thicker on a projector); a drafter's α lines keep its colour."""
+        width = theme.line_px
+        self.overall_alpha.setPen(pg.mkPen(theme.overall, width=width))
+        self.acceptance_rate.setPen(pg.mkPen(theme.overall, width=1, style=Qt.PenStyle.DotLine))
+        self.alpha_plot.legend_entries[:2] = [(theme.overall, SOLID, "α, all"), (theme.overall, DOTTED,
+                                                                                  "accepted / drafted")]
+        for curve in (self.tokens_per_s, self.speedup_estimated, self.ledger_spent):
+            pen = curve.opts["pen"]
+            curve.setPen(pg.mkPen(pg.mkPen(pen).color(), width=width))
+        for name, (rolling, cumulative) in self.drafter_curves.items():
+            rolling.setPen(_rolling_pen(theme, name))
+            cumulative.setPen(_cumulative_pen(theme, name))
 
     # --- reflowing the grid -----------------------------------------------------------
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
@@ -239,7 +324,8 @@ class RunCharts(QWidget):
         """The smallest size of the grid with `columns` plots to a row: every plot and legend at its minimum
         size, with the grid's spacing and margins, and MIN_ROW_PX (scaled) a row at least."""
         grid = self.layout_widget.ci.layout
-        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._cells]
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._laid()]
+        columns = min(columns, len(minimum))
         rows = -(-len(minimum) // columns)
         widths = [max(size.width() for size in minimum[col::columns]) for col in range(columns)]
         heights = [max(size.height() for size in minimum[row * columns:(row + 1) * columns]) for row in range(rows)]
@@ -255,7 +341,7 @@ class RunCharts(QWidget):
         grid is taller than the area (one when not even one fits: then the area scrolls sideways)."""
         room = self.scroll.contentsRect().size()
         bar = self.scroll.verticalScrollBar().sizeHint().width()
-        for columns in range(MAX_COLUMNS, 1, -1):
+        for columns in range(min(MAX_COLUMNS, len(self._laid())), 1, -1):
             need = self.grid_minimum(columns)
             if need.width() <= room.width() - (bar if need.height() > room.height() else 0):
                 return columns
@@ -265,14 +351,18 @@ class RunCharts(QWidget):
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""
         columns = self._fitting_columns()
-        if columns != self.columns:
+        if (columns, self._focus) != self._laid_out:
             self.columns = columns
+            self._laid_out = (columns, self._focus)
             layout = self.layout_widget.ci
             grid = layout.layout
-            for cell in self._cells:
+            for cell in list(layout.items):
                 grid.removeAt(next(i for i in range(grid.count()) if grid.itemAt(i) is cell))
             layout.rows, layout.items = {}, {}
-            for index, cell in enumerate(self._cells):
+            laid = self._laid()
+            for cell in self._cells:
+                cell.setVisible(cell in laid)
+            for index, cell in enumerate(laid):
                 row, col = divmod(index, columns)
                 grid.addItem(cell, row, col)
                 layout.rows.setdefault(row, {})[col] = cell
@@ -280,6 +370,25 @@ class RunCharts(QWidget):
         minimum = self.grid_minimum(self.columns)
         if minimum != self.layout_widget.minimumSize():
             self.layout_widget.setMinimumSize(minimum)
+
+    def _laid(self) -> list[pg.GraphicsLayout]:
+        """The cells in the grid: all of them, or the focused plot alone."""
+        return self._cells if self._focus is None else [self._cells[self._focus]]
+
+    def focus_plot(self, index: int | None) -> None:
+        """Show plot `index` (0 α, 1 tokens per pass, 2 ASD ledger, 3 throughput, 4 speedup) alone, filling the
+        charts (presentation mode: one large chart at a time); None shows them all again."""
+        self._focus = None if index is None else index % PLOT_COUNT
+        self._reflow()
+        self.refresh()
+
+    @property
+    def focused_plot(self) -> int | None:
+        return self._focus
+
+    def plot_titles(self) -> list[str]:
+        """The plots' titles in reading order (the index `focus_plot` takes)."""
+        return [plot.plain_title for plot in self._plots]
 
     def cell_rects(self) -> list[QRect]:
         """Each plot with its title, axes and legend, in the grid widget's pixels (for layout tests)."""
@@ -291,11 +400,12 @@ class RunCharts(QWidget):
         return [self.layout_widget.ci.items[cell][0] for cell in self._cells]
 
     def _alpha_note(self) -> str:
-        return "per drafter: solid rolling (16 passes), dashed cumulative" if self.drafter_curves else ""
+        return "per drafter: thin = rolling (16 passes),\nheavy dashed = cumulative" if self.drafter_curves else ""
 
     # --- binding ------------------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
+        self.summary.set_session(session)
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
         session.sig_ended.connect(lambda _event: self.request_refresh())  # the final state, plot by plot
@@ -346,7 +456,7 @@ class RunCharts(QWidget):
             self.alpha_plot.removeItem(cumulative)
         self.drafter_curves.clear()
         del self.alpha_plot.legend_entries[2:]
-        self._show_legend(self.alpha_plot)
+        self._show_legend(self.alpha_plot, "")
         for index, markers in enumerate(self._markers):
             for marker in markers:
                 self._plots[index].removeItem(marker)
@@ -372,7 +482,7 @@ class RunCharts(QWidget):
 
     def _draw(self, index: int) -> None:
         """Redraw plot `index` (0 alpha, 1 tokens, 2 ledger, 3 throughput, 4 speedup) from the session."""
-        series = self._session.series
+        series = bound(self._session).series
         self._drawn_rows[index] = series.size
         rows = slice(self._from_row, series.size)
         x = series["pass"][rows]
@@ -388,7 +498,9 @@ class RunCharts(QWidget):
             self._draw_ledger(x, series["ledger_spent"][rows], series["budget"][rows], series["exceptions"][rows])
         elif index == 3:
             self.tokens_per_s.setData(x, series["tokens_per_s"][rows], connect="finite")
-            self._fit_y(self.speed_plot, self._settled(series["tokens_per_s"]))
+            self._note_shown_pace()
+            self._fit_y(self.speed_plot, self._settled(series["tokens_per_s"]),
+                        *[run.tokens_per_s for run, _lines in self._pinned])
         else:
             estimated, predicted = series["speedup_estimated"][rows], series["speedup_predicted"][rows]
             with_verify = series["speedup_predicted_verify"][rows]
@@ -397,7 +509,7 @@ class RunCharts(QWidget):
             self.speedup_predicted_verify.setData(x, with_verify, connect="finite")
             settled = [self._settled(series[name]) for name in
                        ("speedup_estimated", "speedup_predicted", "speedup_predicted_verify")]
-            self._fit_y(self.speedup_plot, *settled, floor=2.0)
+            self._fit_y(self.speedup_plot, *settled, *[run.speedup for run, _lines in self._pinned], floor=2.0)
 
     def _settled(self, column: np.ndarray) -> np.ndarray:
         """The shown rows, less the first SETTLE_ROWS of the run once there are more (their estimates jump)."""
@@ -429,6 +541,8 @@ class RunCharts(QWidget):
         """Step plot `index`'s x range up to hold `x`; only this plot is laid out again."""
         first = float(x[0]) if len(x) else 0.0
         last = float(x[-1]) if len(x) else 0.0
+        if self._pinned and self._from_row == 0:  # a pinned run stays whole beside the live one
+            last = max([last] + [float(run.passes[-1]) for run, _lines in self._pinned])
         width = next((step for step in X_STEPS if step > last - first), last - first + 1)
         span = (first - 0.5, first + width + 0.5)
         if span != self._x_spans.get(index):
@@ -436,20 +550,69 @@ class RunCharts(QWidget):
             self._plots[index].setXRange(*span, padding=0)
 
     def _draw_markers(self, index: int) -> None:
-        """A vertical line where the drafter, K or rule changed; labelled in the α plot."""
-        changes, markers = self._session.changes, self._markers[index]
+        """A vertical line where the drafter, K or rule changed; labelled in the α plot, the labels staggered."""
+        changes, markers = bound(self._session).changes, self._markers[index]
         for change in changes[len(markers):]:
-            label = change.text if index == 0 else None
+            label = _elide(change.text, LABEL_CHARS) if index == 0 else None
             marker = pg.InfiniteLine(change.index - 0.5, angle=90, movable=False, label=label,
-                                     pen=pg.mkPen("#D55E00", width=1, style=Qt.PenStyle.DashDotLine),
-                                     labelOpts={"position": 0.92, "color": "#D55E00", "anchors": [(0, 0), (0, 0)]})
+                                     pen=pg.mkPen(self._theme.marker, width=1, style=Qt.PenStyle.DashDotLine),
+                                     labelOpts={"position": 0.98, "color": self._theme.marker,
+                                                "anchors": [(0, 0), (0, 0)]})
+            if label is not None:
+                marker.label.setFont(_font_px(self._theme.chart_px))
             marker.setToolTip(f"pass {change.index}: {change.text}")
             self._plots[index].addItem(marker)
             markers.append(marker)
+        if index == 0:
+            self._stagger_labels()
+
+    def _while_alive(self, act) -> None:
+        """Run `act` unless the widget is being taken down (its plots can outlive its scroll area by a moment)."""
+        if shiboken6.isValid(self) and shiboken6.isValid(self.scroll):
+            act()
+
+    def _fit_alpha_axis(self) -> None:
+        """0 .. 1 with room for the 0.0 and 1.0 tick labels at any plot height (the axis clips a label that
+        reaches past the plot), and ALPHA_TOP at least above 1.0; then the change labels are laid out again."""
+        height = max(self.alpha_plot.getViewBox().height(), 1.0)
+        half_label = (self._theme.chart_px / 2 + 2) / height  # of the plot's height
+        bottom = min(ALPHA_BOTTOM, -1.2 * half_label)
+        top = max(ALPHA_TOP, 1.0 + 1.2 * half_label)
+        if (bottom, top) != tuple(self.alpha_plot.viewRange()[1]):
+            self.alpha_plot.setYRange(bottom, top, padding=0)
+        self._stagger_labels()
+
+    def _stagger_labels(self) -> None:
+        """Put each change label on the highest row where it clears the label before it; a label that fits on
+        no row is hidden (its line keeps the tooltip) and the legend says how many are."""
+        markers = [m for m in self._markers[0] if getattr(m, "label", None) is not None]
+        view = self.alpha_plot.getViewBox()
+        (x0, x1), _ = view.viewRange()
+        px_per_pass = max(view.width(), 1.0) / max(x1 - x0, 1e-9)
+        line_px = (markers[0].label.boundingRect().height() if markers else 0) + 1
+        rows = max(1, min(LABEL_ROWS, int(0.6 * view.height() // max(line_px, 1))))  # the upper part of the plot
+        row_ends = [-np.inf] * rows  # right edge (pixels) of the last label on each row
+        hidden = 0
+        for marker in markers:
+            left = (marker.value() - x0) * px_per_pass
+            width = marker.label.boundingRect().width() + 6
+            row = next((r for r, end in enumerate(row_ends) if left >= end), None)
+            marker.label.setVisible(row is not None and x0 <= marker.value() <= x1)
+            if row is None:
+                hidden += 1
+                continue
+            row_ends[row] = left + width
+            marker.label.setPosition(1.0 - (2 + row * line_px) / max(view.height(), 1.0))
+        note = self._alpha_note()
+        if hidden:
+            plural = "s" if hidden > 1 else ""
+            note += f"\n{hidden} change label{plural} hidden: hover the lines"
+        if note != self.alpha_plot.legend_note:
+            self._show_legend(self.alpha_plot, note)
 
     def _draw_drafters(self, first_pass: float) -> None:
         """Each drafter's curves: rolling (solid) and cumulative (dashed), in the drafter's colour."""
-        for name, drafter in self._session.by_drafter.items():
+        for name, drafter in bound(self._session).by_drafter.items():
             rolling, cumulative = self._curves_for(name)
             passes = drafter.columns["pass"]
             shown = slice(int(np.searchsorted(passes, first_pass)), None)
@@ -457,14 +620,28 @@ class RunCharts(QWidget):
             cumulative.setData(passes[shown], drafter.columns["alpha_cum"][shown], connect="finite")
 
     def _curves_for(self, name: str) -> tuple[pg.PlotDataItem, pg.PlotDataItem]:
+        """A drafter's α lines in its own colour (the same in every run): the rolling one thin and light, the
+        cumulative one heavy and long-dashed above it, so the two read apart."""
         if name not in self.drafter_curves:
-            colour = DRAFTER_COLOURS[len(self.drafter_curves) % len(DRAFTER_COLOURS)]
-            rolling = self.alpha_plot.plot(pen=pg.mkPen(colour, width=2))
-            cumulative = self.alpha_plot.plot(pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine))
+            rolling = self.alpha_plot.plot(pen=_rolling_pen(self._theme, name))
+            cumulative = self.alpha_plot.plot(pen=_cumulative_pen(self._theme, name))
+            cumulative.setZValue(rolling.zValue() + 1)
             self.drafter_curves[name] = (rolling, cumulative)
-            self.alpha_plot.legend_entries.append((colour, SOLID, name))
+            self.alpha_plot.legend_entries.append((self._theme.drafter_colour(name), SOLID, name))
             self._show_legend(self.alpha_plot, self._alpha_note())
         return self.drafter_curves[name]
+
+    def drafter_colours(self) -> dict[str, str]:
+        """Each drafter's α line colour as drawn now (for tests)."""
+        return {name: rolling.opts["pen"].color().name() for name, (rolling, _cum) in self.drafter_curves.items()}
+
+    def text_plots(self) -> list[pg.PlotItem]:
+        """The plots whose text the theme colours (for the contrast test)."""
+        return list(self._plots)
+
+    def change_markers(self) -> list[pg.InfiniteLine]:
+        """The α plot's change markers, each with its label (for tests)."""
+        return list(self._markers[0])
 
     def marker_count(self) -> int:
         """Change markers in each plot (for tests)."""
@@ -484,15 +661,16 @@ class RunCharts(QWidget):
     def _draw_ledger(self, x, spent, budget, exceptions) -> None:
         self.ledger_spent.setData(x, spent)
         self.ledger_budget.setData(x, budget)
-        new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else []
+        new_exception = np.flatnonzero(np.diff(exceptions, prepend=0.0) > 0) if len(x) else np.array([], dtype=int)
         self.ledger_marks.setData(x[new_exception], spent[new_exception])
         self._grow_y(self.ledger_plot, spent, budget)
-        last = self._session.passes[-1] if self._session.passes else None
-        asd = last is not None and last.verify == "asd"
-        self._show_budget(last.ledger if asd else None)
-        self.budget_state = "off" if not asd else "spent" if _budget_spent(last.ledger) else "on"
+        passes = bound(self._session).passes
+        last = passes[-1] if passes else None
+        ledger = last.ledger if last is not None and last.verify == "asd" else None
+        self._show_budget(ledger)
+        self.budget_state = "off" if ledger is None else "spent" if _budget_spent(ledger) else "on"
         self.ledger_note.setVisible(self.budget_state != "on")
-        self.ledger_note.setText("ASD off" if not asd else "Budget spent:\nASD is now strict greedy")
+        self.ledger_note.setText("ASD off" if ledger is None else "Budget spent:\nASD is now strict greedy")
         (x0, x1), (y0, y1) = self.ledger_plot.getViewBox().viewRange()
         self.ledger_note.setPos((x0 + x1) / 2, (y0 + y1) / 2)  # the middle of the plot
 
@@ -514,9 +692,87 @@ class RunCharts(QWidget):
 
     # --- export -----------------------------------------------------------------------
     def export_png(self, path: str) -> None:
-        exporter = exporters.ImageExporter(self.layout_widget.scene())
-        exporter.parameters()["width"] = max(800, int(self.layout_widget.width()))
-        exporter.export(str(path))
+        """Every plot with its legend, as on screen, at twice the screen's pixels."""
+        save_item_png(self.layout_widget.ci, path)
+
+    # --- slow motion ------------------------------------------------------------------
+    def set_pass_interval(self, seconds: float) -> None:
+        """Slow motion (at least `seconds` between passes shown; 0 = full speed): the Throughput chart says
+        that its curve is the engine's compute speed and what pace the class sees."""
+        self._pass_interval_s = seconds
+        self._note_shown_pace()
+
+    def _note_shown_pace(self) -> None:
+        stats = self._session.stats if self._session is not None else None
+        note = ""
+        if self._pass_interval_s > 0:
+            rate = 1.0 / self._pass_interval_s
+            note = f"Slow motion ({rate:g} passes/s): the curve is the engine's compute speed"
+            if stats is not None and stats.tokens_per_pass:
+                shown = min(stats.tokens_per_s, stats.tokens_per_pass * rate)
+                note += f";\nabout {shown:.3g} tokens/s appear on screen"
+        if note != self.speed_plot.legend_note:
+            self._show_legend(self.speed_plot, note)
+
+    # --- compare runs -----------------------------------------------------------------
+    def pin_current(self) -> PinnedRun | None:
+        """Keep the session's run on the charts, faded, under the runs that follow (None before a pass)."""
+        if self._session is None:
+            return None
+        run = summary_of(self._session, len(self._pinned) + 1)
+        if run is None:
+            return None
+        run = PinnedRun(**{**run.__dict__, "label": "pinned " + run.label.split(" · ", 1)[-1]})
+        self._pinned.append((run, self._overlay(run)))
+        self._enable_pin_buttons()
+        self.refresh()
+        return run
+
+    def _overlay(self, run: PinnedRun) -> list[pg.PlotDataItem]:
+        """The run's α (per drafter, cumulative), tokens per pass, tokens/s and estimated speedup, faded."""
+        theme = self._theme
+        colour = theme.drafter_colour(run.drafter)
+        lines = []
+        alphas = run.alpha_by_drafter or {run.drafter or "": (run.passes, run.alpha)}
+        for name, (passes, alpha) in alphas.items():
+            lines.append(self._faded(self.alpha_plot, passes, alpha, overlay_pen(theme.drafter_colour(name), theme)))
+        for plot, values in ((self.tokens_plot, run.tokens_per_pass), (self.speed_plot, run.tokens_per_s),
+                             (self.speedup_plot, run.speedup)):
+            lines.append(self._faded(plot, run.passes, values, overlay_pen(colour, theme)))
+        for plot in (self.alpha_plot, self.tokens_plot, self.speed_plot, self.speedup_plot):
+            plot.pinned_entries.append((colour, DOTTED, run.label))
+            self._show_legend(plot)
+        return lines
+
+    @staticmethod
+    def _faded(plot: pg.PlotItem, x: np.ndarray, y: np.ndarray, pen) -> pg.PlotDataItem:
+        line = pg.PlotDataItem(x, y, pen=pen, connect="finite")
+        line.setZValue(-10)  # under the live run
+        plot.addItem(line)
+        return line
+
+    def unpin_all(self) -> None:
+        for _run, lines in self._pinned:
+            for line in lines:
+                if line.getViewBox() is not None:
+                    line.getViewBox().removeItem(line)
+        self._pinned.clear()
+        for plot in self._plots:
+            plot.pinned_entries.clear()
+            self._show_legend(plot)
+        self._enable_pin_buttons()
+        self._x_spans.clear()
+        self.refresh()
+
+    def pinned_runs(self) -> list[PinnedRun]:
+        return [run for run, _lines in self._pinned]
+
+    def overlay_count(self, plot: pg.PlotItem) -> int:
+        """Pinned lines drawn in `plot` (for tests)."""
+        return sum(1 for _run, lines in self._pinned for line in lines if line.getViewBox() is plot.getViewBox())
+
+    def _enable_pin_buttons(self) -> None:
+        self.unpin_action.setEnabled(bool(self._pinned))
 
     def point_counts(self) -> dict[str, int]:
         """Points drawn per curve (for tests and diagnostics); past MAX_BARS passes, bars count bins."""
@@ -557,3 +813,21 @@ def _round_up(value: float) -> float:
         return 1.0
     power = 10.0 ** np.floor(np.log10(value))
     return float(next(step * power for step in (1, 2, 5, 10) if step * power >= value))
+
+
+def _rolling_pen(theme: Theme, name: str):
+    """A drafter's rolling α: thin and a little transparent (it is the noisy one)."""
+    colour = pg.mkColor(theme.drafter_colour(name))
+    colour.setAlphaF(0.7)
+    return pg.mkPen(colour, width=max(1.0, theme.line_px * 0.6))
+
+
+def _cumulative_pen(theme: Theme, name: str):
+    """A drafter's cumulative α: heavier, long dashes, so it never reads as the rolling line."""
+    pen = pg.mkPen(theme.drafter_colour(name), width=theme.line_px * 1.25)
+    pen.setDashPattern([5, 2.5])
+    return pen
+
+
+def _elide(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars - 1] + "…"

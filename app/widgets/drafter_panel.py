@@ -13,7 +13,7 @@ tree is off (its controls disabled, their state kept) while ASD verifies.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -311,11 +311,9 @@ class DrafterPanel(QWidget):
 
     def _show_repetition(self, settings: DecodeSettings) -> None:
         repetition = settings.repetition
-        for spin, value in ((self.repetition_penalty, repetition.penalty),
-                            (self.no_repeat_ngram, repetition.no_repeat_ngram)):
-            spin.blockSignals(True)
-            spin.setValue(value)
-            spin.blockSignals(False)
+        with QSignalBlocker(self.repetition_penalty), QSignalBlocker(self.no_repeat_ngram):
+            self.repetition_penalty.setValue(repetition.penalty)
+            self.no_repeat_ngram.setValue(repetition.no_repeat_ngram)
 
     def show_error(self, message: str | None) -> None:
         self.error.setText(message or "")

@@ -7,7 +7,7 @@ sampling also p/q, min(1, p/q) and u, under ASD the checks with the suffix
 value v_i = K − i) and a last row for the token the target appended; under
 it, for the selected row under sampling, a 0–1 strip with min(1, p/q)
 marked and u as a dot (kept iff the dot lies left of the mark), the ASD
-ledger and a plain-language paragraph (`app.engine.explain`). On the right
+ledger and a plain-language paragraph (`app.teaching.explain`). On the right
 bars of the top of p (target) and q (drafter) at the selected row with the
 drafted token outlined, and at the first rejection under sampling the
 residual norm(max(0, p - q)) in which the sampled replacement always has a
@@ -19,7 +19,7 @@ token. The table's rows are then the tree's main line (the path, then the
 first rejected child at its end); selecting a row outlines its node, and
 clicking a node of the main line selects its row.
 
-Every number comes from the event (see `app.engine.explain.inspect_pass`);
+Every number comes from the event (see `app.teaching.explain.inspect_pass`);
 cells keep the exact float in `VALUE_ROLE` so tests can compare them.
 """
 
@@ -47,10 +47,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.events import PassEvent, TokenProb
-from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
+from app.engine.events import AppendedToken, PassEvent, TokenProb
+from app.teaching.explain import (
+    AsdCheck,
+    PassInspection,
+    PositionView,
+    explain_pass,
+    inspect_pass,
+    residual_bars,
+)
 from app.widgets import scrolled
 from app.widgets import token_style as ts
+from app.widgets.chart_export import install_widget_export_menu
+from app.widgets.chart_style import style_plot, style_text_item
+from app.widgets.run_view import RunView
+from app.widgets.theme import Theme, follow_theme
 from app.widgets.token_style import number_text, token_label
 from app.widgets.tree_view import APPENDED, TreeView, main_line
 
@@ -84,21 +95,42 @@ OTHERS = "others"  # the residual mass of every token without a bar (short: a lo
 
 
 class BarChart(pg.PlotWidget):
-    """Grouped bars over a few tokens; one BarGraphItem per series, reused on every update."""
+    """Grouped bars over a few tokens; one BarGraphItem per series, reused on every update.
 
-    def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None) -> None:
-        super().__init__(parent=parent, title=title)
-        self.setBackground(None)
-        self.setMinimumHeight(140)
-        self.getPlotItem().showGrid(y=True, alpha=0.2)
+    The key is in the title (never over the bars); the y axis leaves headroom above the tallest bar. With
+    `open_last`, the last group (the residual's "others") does not set the range: a bar taller than the range
+    is cut at the top and its value written there, so the tokens' own bars stay readable."""
+
+    HEADROOM = 1.15
+    MIN_PLOT_PX = 110  # both charts fit a 1024x700 window's dock whole: the token axis never scrolls away
+
+    def __init__(self, title: str, names: tuple[str, ...], colours: tuple[str, ...], parent=None,
+                 open_last: bool = False) -> None:
+        super().__init__(parent=parent)
+        self.setMinimumHeight(self.MIN_PLOT_PX)
+        self.plain_title = title
+        self.open_last = open_last
         self.getPlotItem().setMouseEnabled(x=False, y=False)
-        self.addLegend(offset=(-5, 5))  # top right: the tallest bars are on the left
+        self.getPlotItem().setMenuEnabled(False)  # its right-click menu saves the figure instead
+        self.getAxis("bottom").setStyle(hideOverlappingLabels=False)
         self.width_each = 0.8 / len(names)
         self.series = {name: pg.BarGraphItem(x=[], height=[], width=self.width_each, brush=colour, name=name)
                        for name, colour in zip(names, colours, strict=False)}
         self.colours = dict(zip(names, colours, strict=False))
         for item in self.series.values():
             self.addItem(item)
+        self.cut_label = pg.TextItem("", anchor=(0.5, 0.0))
+        self.addItem(self.cut_label, ignoreBounds=True)
+        install_widget_export_menu(self, "inspector-bars")
+        follow_theme(self, self.apply_theme)
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.setBackground(theme.background)
+        key = "&nbsp;&nbsp;".join(f"<span style='color:{colour}'>▇</span>&nbsp;{html.escape(name)}"
+                                  for name, colour in self.colours.items())
+        style_plot(self.getPlotItem(), theme, f"{html.escape(self.plain_title)}&nbsp;&nbsp;&nbsp;{key}")
+        self.getPlotItem().showGrid(x=False, y=True, alpha=theme.grid_alpha)
+        style_text_item(self.cut_label, theme)
 
     def show_bars(self, labels: list[str], values: dict[str, list[float]], highlight: int | None) -> None:
         x = np.arange(len(labels), dtype=float)
@@ -112,8 +144,20 @@ class BarChart(pg.PlotWidget):
                          brush=self.colours[name], pens=pens)
         self.getAxis("bottom").setTicks([list(zip(x.tolist(), labels, strict=True))])
         self.setXRange(-0.6, max(len(labels), 1) - 0.4, padding=0)
-        tallest = max((v for vs in values.values() for v in vs if not math.isnan(v)), default=1.0)
-        self.setYRange(0, max(tallest, 0.02) * 1.1, padding=0)  # small probabilities stay readable
+        ranged = len(labels) - 1 if self.open_last and len(labels) > 1 else len(labels)
+        tallest = max((v for vs in values.values() for v in vs[:ranged] if not math.isnan(v)), default=1.0)
+        top = max(tallest, 0.02) * self.HEADROOM  # small probabilities stay readable
+        self.setYRange(0, top, padding=0)
+        self._mark_cut(labels, values, top)
+
+    def _mark_cut(self, labels: list[str], values: dict[str, list[float]], top: float) -> None:
+        """Write the value of the last group's bar when it is taller than the range (cut at the top)."""
+        last = [v for vs in values.values() for v in vs[-1:] if not math.isnan(v)] if labels else []
+        cut = self.open_last and bool(last) and max(last) > top
+        self.cut_label.setVisible(cut)
+        if cut:
+            self.cut_label.setText(f"{max(last):.2f} ↑")
+            self.cut_label.setPos(len(labels) - 1, top)
 
     def heights(self, name: str) -> list[float]:
         """Bar heights drawn for one series (for tests)."""
@@ -162,29 +206,29 @@ class AcceptStrip(QWidget):
         painter.fillRect(reject, QColor("#D55E00").lighter(160))
         painter.setPen(QPen(self.palette().text().color(), 1))
         painter.drawRect(QRectF(self._x(0), top, self._x(1) - self._x(0), height))
-        self._draw_mark(painter, top, height)
-        self._draw_u(painter, top, height)
+        self._draw_mark(painter, top, height, self.accept)
+        self._draw_u(painter, top, height, self.accept)
         painter.end()
 
-    def _draw_mark(self, painter: QPainter, top: float, height: float) -> None:
-        x = self._x(self.accept)
+    def _draw_mark(self, painter: QPainter, top: float, height: float, accept: float) -> None:
+        x = self._x(accept)
         painter.setPen(QPen(QColor(P_COLOUR), 2.5))
         painter.drawLine(QPointF(x, top - 4), QPointF(x, top + height + 4))
         painter.drawText(QRectF(x - 120, 0, 240, top - 3), Qt.AlignmentFlag.AlignCenter,
-                         f"min(1, p/q) = {self.accept:.3g}")
+                         f"min(1, p/q) = {accept:.3g}")
         painter.setPen(QPen(self.palette().text().color(), 1))
         for value, align in ((0.0, Qt.AlignmentFlag.AlignLeft), (1.0, Qt.AlignmentFlag.AlignRight)):
             painter.drawText(QRectF(self._x(value) - (0 if value == 0 else 30), top + height + 2, 30, 14),
                              align, f"{value:g}")
 
-    def _draw_u(self, painter: QPainter, top: float, height: float) -> None:
+    def _draw_u(self, painter: QPainter, top: float, height: float, accept: float) -> None:
         if self.u is None:
             return
         x = self._x(self.u)
         painter.setPen(QPen(QColor("#000000"), 1))
         painter.setBrush(QBrush(QColor("#CC79A7")))
         painter.drawEllipse(QPointF(x, top + height / 2), 5.5, 5.5)
-        kept = "kept" if self.u <= self.accept else "rejected"
+        kept = "kept" if self.u <= accept else "rejected"
         painter.setPen(QPen(self.palette().text().color(), 1))
         painter.drawText(QRectF(x - 90, top + height + 2, 180, 14), Qt.AlignmentFlag.AlignCenter,
                          f"u = {self.u:.3g} → {kept}")
@@ -195,7 +239,7 @@ class PassInspector(QWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._session = None
+        self._session: RunView | None = None
         self._token_text: Callable[[int], str] = lambda token_id: f"#{token_id}"
         self.inspection: PassInspection | None = None
         self.previous_button = QPushButton("◀ Previous pass")
@@ -216,11 +260,12 @@ class PassInspector(QWidget):
                              (P_COLOUR, Q_COLOUR))
         self.residual_title = _wrapping_label("")
         self.residual = BarChart("Residual norm(max(0, p − q)) at the first rejection", ("p", "q", "residual"),
-                                 (P_COLOUR, Q_COLOUR, R_COLOUR))
+                                 (P_COLOUR, Q_COLOUR, R_COLOUR), open_last=True)
         self.ledger = _wrapping_label("")
         self.paragraph = _wrapping_label("")
         self.paragraph.setObjectName("passExplanation")
         self._layout()
+        install_widget_export_menu(self, "inspector")  # the whole inspector as a figure for slides
         self.clear()
 
     # --- construction -----------------------------------------------------------
@@ -228,7 +273,9 @@ class PassInspector(QWidget):
         table = QTableWidget(0, len(COLUMNS))
         table.setHorizontalHeaderLabels(COLUMNS)
         for col, tip in COLUMN_TIPS.items():
-            table.horizontalHeaderItem(col).setToolTip(tip)
+            header = table.horizontalHeaderItem(col)
+            assert header is not None, "setHorizontalHeaderLabels made every column's header"
+            header.setToolTip(tip)
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -275,7 +322,7 @@ class PassInspector(QWidget):
         return content
 
     # --- binding ------------------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
         session.sig_started.connect(lambda _event: self.clear())
 
@@ -386,7 +433,7 @@ class PassInspector(QWidget):
         for position in inspection.positions:
             self._fill_position(position, event.verify)
         if event.appended is not None:
-            self._fill_appended(len(inspection.positions), event)
+            self._fill_appended(len(inspection.positions), event.appended)
         for col in range(len(COLUMNS)):
             hidden = (col in SAMPLING_ONLY and event.verify != "sample") or (col in ASD_ONLY and event.verify != "asd")
             self.table.setColumnHidden(col, hidden)
@@ -415,11 +462,10 @@ class PassInspector(QWidget):
         self._set(row, COL_TARGET, f"{token_label(self._text_of(token.target_id), token.target_id)} {match}",
                   token.target_id)
         if position.asd is not None:
-            self._fill_asd(row, position)
+            self._fill_asd(row, position.asd)
         self._set(row, COL_VERDICT, position.verdict, position.verdict, token.outcome)
 
-    def _fill_asd(self, row: int, position: PositionView) -> None:
-        check = position.asd
+    def _fill_asd(self, row: int, check: AsdCheck) -> None:
         self._set_number(row, COL_REGRET, check.regret)
         self._set(row, COL_SUFFIX, str(check.suffix_value), check.suffix_value)
         mark = lambda ok: ("✓" if ok else "✗") if check.mismatch else "(match)"  # noqa: E731 - one-line helper
@@ -429,8 +475,7 @@ class PassInspector(QWidget):
         self._set(row, COL_COST, f"{number_text(check.cost)} vs {number_text(check.remaining)} "
                                  f"{mark(check.affordable)}", check.cost)
 
-    def _fill_appended(self, row: int, event: PassEvent) -> None:
-        appended = event.appended
+    def _fill_appended(self, row: int, appended: AppendedToken) -> None:
         for col in range(len(COLUMNS)):
             self._set(row, col, "", None)
         self._set(row, COL_POS, "+", None)
@@ -467,6 +512,7 @@ class PassInspector(QWidget):
             p_row, q_row, chosen = row, row, {token.id: (token.p, inspection.positions[row].q_effective)}
         else:  # the appended token was scored on row a (correction) or K (bonus)
             appended = inspection.event.appended
+            assert appended is not None, "a row past the drafts is the appended token's"
             p_row, q_row, chosen = inspection.event.n_accepted, None, {appended.id: (appended.p, math.nan)}
         p_top = _row(detail.p_top, p_row) if detail is not None else ()
         q_top = _row(detail.q_top, q_row) if detail is not None and q_row is not None else ()
@@ -481,8 +527,7 @@ class PassInspector(QWidget):
     def _show_strip(self, row: int) -> None:
         """The 0–1 strip of a drafted row under sampling; hidden for the appended token and other rules."""
         inspection = self.inspection
-        sampling = inspection is not None and inspection.event.verify == "sample"
-        if not sampling or row >= len(inspection.positions):
+        if inspection is None or inspection.event.verify != "sample" or row >= len(inspection.positions):
             self.strip.set_values(None, None)
             return
         position = inspection.positions[row]
@@ -507,7 +552,7 @@ class PassInspector(QWidget):
         visible = bars is not None
         self.residual.setVisible(visible)
         self.residual_title.setVisible(visible)
-        if bars is None:
+        if bars is None or inspection is None:
             self.residual.show_bars([], {}, None)
             return
         entries = bars.entries
@@ -530,7 +575,7 @@ class PassInspector(QWidget):
             return
         detail = inspection.event.detail
         has_knobs = detail is not None and detail.asd_gate is not None
-        knobs = f" · g = {detail.asd_gate:g}, M = {detail.asd_cap}" if has_knobs else ""
+        knobs = f" · g = {detail.asd_gate:g}, M = {detail.asd_cap}" if detail is not None and has_knobs else ""
         spent = f"{number_text(ledger.before)} → {number_text(ledger.after)} of B = {number_text(ledger.budget)}"
         self.ledger.setText(
             f"ASD ledger: {spent} (rem at block start {number_text(ledger.remaining_before)}) · "
@@ -583,7 +628,8 @@ def _residual_text(inspection: PassInspection, bars, text_of) -> str:
     detail = inspection.event.detail
     n = inspection.first_rejection
     shown = sum(e.r for e in bars.entries if not math.isnan(e.r))
-    z = "" if detail.residual_norm is None else f"; before normalising it summed to {detail.residual_norm:.4g}"
+    norm = None if detail is None else detail.residual_norm
+    z = "" if norm is None else f"; before normalising it summed to {norm:.4g}"
     sampled = bars.sampled
     token = "" if sampled is None else f"; the sampled token (outlined) is {token_label(text_of(sampled), sampled)}"
     return (f"Residual at position {(n or 0) + 1}: zero wherever q ≥ p; shown tokens {shown:.4f} + other tokens "

@@ -10,9 +10,19 @@ each entry's full label and description is its tooltip, and every outcome keeps 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QSizeF, Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextImageFormat
+from PySide6.QtGui import (
+    QColor,
+    QHelpEvent,
+    QImage,
+    QResizeEvent,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextImageFormat,
+)
 from PySide6.QtWidgets import QCheckBox, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.widgets import token_style as ts
@@ -122,12 +132,13 @@ class TokenLegend(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.sample.viewport():
-            if event.type() == QEvent.Type.Resize and event.size().width() != event.oldSize().width():
+            resize, tip = cast(QResizeEvent, event), cast(QHelpEvent, event)  # by the type() checked below
+            if event.type() == QEvent.Type.Resize and resize.size().width() != resize.oldSize().width():
                 self._render()  # the labels and the box's place follow the width (the height follows the text)
             elif event.type() == QEvent.Type.ToolTip:
-                name = self.outcome_at(event.pos())
+                name = self.outcome_at(tip.pos())
                 if name is not None:
-                    QToolTip.showText(event.globalPos(), f"<b>{ts.LABELS[name]}</b>: {ts.EXPLANATIONS[name]}",
+                    QToolTip.showText(tip.globalPos(), f"<b>{ts.LABELS[name]}</b>: {ts.EXPLANATIONS[name]}",
                                       self.sample.viewport())
                     return True
         return super().eventFilter(watched, event)

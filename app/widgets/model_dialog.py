@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.execution import default_words
+from app.engine.load_request import LoadRequest
+from app.engine.runtime.execution import default_words
 
 CUSTOM = "custom"
 PRESETS = (
@@ -39,7 +40,7 @@ PRESETS = (
 )
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# How the models run (app/engine/execution.py): the label shown, the request's value (None: the device's default).
+# How the models run (engine/runtime/execution.py): the label shown, the request's value (None: the device's default).
 CACHES = ((f"auto ({default_words(0)})", None), ("dynamic", "dynamic"), ("static", "static"))
 COMPILE = ((f"auto ({default_words(1)})", None), ("on", True), ("off", False))
 TARGET_HINT = "hub id (org/name) or local folder"
@@ -50,15 +51,15 @@ COMPILE_AUTO_DYNAMIC = "auto (off: the dynamic cache is not compiled)"
 
 
 class ModelDialog(QDialog):
-    sig_load_requested = Signal(dict)  # target, draft, device, dtype, cache, compile
+    sig_load_requested = Signal(object)  # LoadRequest
 
-    def __init__(self, parent=None, current: dict | None = None) -> None:
+    def __init__(self, parent=None, current: LoadRequest | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.setMinimumWidth(560)
         self._thread = None
         self._build()
-        self.set_request(current or {})
+        self.set_request(current or LoadRequest())
 
     # --- construction ----------------------------------------------------------------
     def _build(self) -> None:
@@ -130,7 +131,7 @@ class ModelDialog(QDialog):
         self.target.setPlaceholderText("bundled demo family" if target is None else TARGET_HINT if custom else "")
 
     def _auto_words(self) -> None:
-        """Each "auto" says what it becomes with the other choice as it stands (app/engine/execution.py)."""
+        """Each "auto" says what it becomes with the other choice as it stands (app/engine/runtime/execution.py)."""
         compiled = self.compile.currentData() is True
         self.cache.setItemText(0, CACHE_AUTO_COMPILED if compiled else CACHES[0][0])
         dynamic = self.cache.currentData() == "dynamic"
@@ -142,21 +143,21 @@ class ModelDialog(QDialog):
         if self.preset.currentIndex() != custom:
             self.preset.setCurrentIndex(custom)  # a custom preset leaves the fields' text as it is
 
-    def set_request(self, request: dict) -> None:
-        target, draft = request.get("target"), request.get("draft")
+    def set_request(self, request: LoadRequest) -> None:
+        target, draft = request.target, request.draft
         index = next((i for i, (_, t, d) in enumerate(PRESETS) if (t, d) == (target, draft)), len(PRESETS) - 1)
         self.preset.setCurrentIndex(index)
         self._preset_chosen(index)
         self.target.setText(target or "")
         self.draft.setText(draft or "")
-        self.device.setCurrentText(request.get("device", "auto"))
-        self.dtype.setCurrentText(request.get("dtype", "auto"))
-        for combo, key in ((self.cache, "cache"), (self.compile, "compile")):
-            combo.setCurrentIndex(max(0, combo.findData(request.get(key))))
+        self.device.setCurrentText(request.device)
+        self.dtype.setCurrentText(request.dtype)
+        for combo, value in ((self.cache, request.cache), (self.compile, request.compile)):
+            combo.setCurrentIndex(max(0, combo.findData(value)))
 
-    def request(self) -> dict:
+    def request(self) -> LoadRequest:
         target, _ = self.preset.currentData()
-        return dict(
+        return LoadRequest(
             target=None if target is None else (self.target.text().strip() or None),
             draft=None if target is None else (self.draft.text().strip() or None),
             device=self.device.currentText(), dtype=self.dtype.currentText(),
@@ -166,10 +167,10 @@ class ModelDialog(QDialog):
     # --- loading ---------------------------------------------------------------------------
     def _request_load(self) -> None:
         request = self.request()
-        if self.preset.currentData()[0] == CUSTOM and not request["target"]:
+        if self.preset.currentData()[0] == CUSTOM and not request.target:
             self.show_error("Enter a target: a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or a local folder.")
             return
-        if request["compile"] and request["cache"] == "dynamic":
+        if request.compile and request.cache == "dynamic":
             self.show_error("Compiling needs the static cache (fixed shapes): choose the static or the auto cache.")
             return
         self.sig_load_requested.emit(request)

@@ -15,7 +15,7 @@ stands on a line of its own, with the details under it, above the lanes.
 
 Under ASD the plain lane is strict greedy's output (ASD is greedy-based), so
 once the race is shown the speculative lane marks its tokens that the
-alignment with the plain lane (`app.engine.fidelity.changed_positions`) does
+alignment with the plain lane (`app.engine.core.fidelity.changed_positions`) does
 not match, underlines the first divergence and states the regret spent.
 Greedy lanes must be identical and sampled lanes draw differently, so
 neither is marked.
@@ -43,10 +43,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.core.fidelity import changed_positions
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, AsdSummary, EndEvent, PassEvent, StartEvent
-from app.engine.fidelity import changed_positions
 from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
 from app.widgets import token_style as ts
+from app.widgets.chart_export import install_export_menu
+from app.widgets.chart_style import style_plot, style_view
+from app.widgets.theme import Theme, follow_theme
 
 TICK_MS = 33
 LANE_COLOURS = {PLAIN: "#7F7F7F", SPECULATIVE: "#0072B2"}
@@ -243,7 +246,6 @@ class RaceCharts(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setBackground(None)
         self.setMinimumHeight(self.MIN_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         # Each plot's key is in its title, never over its data: the plots are a few lines high.
@@ -264,7 +266,20 @@ class RaceCharts(pg.GraphicsLayoutWidget):
         self.verify_bars = pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, brush=VERIFY_COLOUR)
         for bars in (self.draft_bars, self.verify_bars):
             self.timing.addItem(bars)
+        for plot in (self.progress, self.timing):
+            plot.setLimits(xMin=0, yMin=0)  # time, passes, tokens and ms are never negative
+            for name in ("left", "bottom"):
+                plot.getAxis(name).enableAutoSIPrefix(False)  # no "(x0.001)" appended to a short axis label
+        install_export_menu(self, "race")
+        follow_theme(self, self.apply_theme)
         self.reset()
+
+    def apply_theme(self, theme: Theme) -> None:
+        """Titles (with their keys), axes and ticks in the theme's colours and sizes."""
+        style_view(self, theme)
+        titles = {"progress": "Tokens against each lane's own clock", "timing": "Time per speculative pass"}
+        for name, plot in (("progress", self.progress), ("timing", self.timing)):
+            style_plot(plot, theme, keyed_title(titles[name], self.keys[name]))
 
     def sizeHint(self) -> QSize:
         return QSize(super().sizeHint().width(), self.MIN_HEIGHT)  # as the lanes' text: no wish beyond its minimum
@@ -288,6 +303,12 @@ class RaceCharts(pg.GraphicsLayoutWidget):
         verify = np.array([v for _d, v in self.pass_ms], dtype=float)
         self.draft_bars.setOpts(x=x, y0=np.zeros_like(draft), height=draft, width=0.8)
         self.verify_bars.setOpts(x=x, y0=draft, height=verify, width=0.8)
+        empty = all(len(points) < 2 for points in self.points.values())
+        for plot in (self.progress, self.timing):
+            if empty:  # nothing raced yet: 0..1 on both axes, not a range around 0
+                plot.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            else:
+                plot.enableAutoRange()
 
     def series(self, lane: str) -> list[tuple[float, int]]:
         """The (clock, tokens) points drawn for a lane (for tests)."""
@@ -486,7 +507,7 @@ def _budget(asd: AsdSummary) -> str:
 
 
 def _acceptance_text(lane) -> str:
-    """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/stats.py)."""
+    """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/core/stats.py)."""
     stats = lane.stats
     if stats is None or stats.alpha is None:
         return ""
@@ -513,6 +534,7 @@ def _agreement_text(result: RaceResult) -> str:
     if result.identical:
         why = " — as this verification rule guarantees." if result.must_match else "."
         return f"The two texts are identical, token for token ({total} tokens){why}"
+    assert result.first_divergence is not None, "texts that are not identical differ somewhere"
     distance = "too long to compare" if result.edit_distance is None else f"{result.edit_distance}"
     where = (f"The texts first differ at generated token {result.first_divergence + 1} "
              f"(token edit distance {distance} over {total} tokens).")

@@ -2,7 +2,7 @@
 run goes (tokens/s, alpha, passes).
 
 alpha = accepted / (accepted + passes that ended in a rejection) and the acceptance rate = accepted /
-drafted are the engine's (app/engine/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
+drafted are the engine's (app/engine/core/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
 
 Nothing here widens the window: every text shrinks with "…" (its full text in the tooltip) when the bar is
 short of room, the message first, then the models and the device, the figures of the run last.
@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.engine import ModelsSummary
-from app.engine.events import ExecutionMode
-from app.engine.execution import mode_label
+from app.engine.events import ExecutionMode, RunningStats
+from app.engine.runtime.execution import mode_label
 
 EXECUTION_TIP = ("How the models run: a dynamic KV cache grows and is cropped; a static one is preallocated and "
                  "rolled back by moving its write position;\ncompiled: the short forwards run through torch.compile "
@@ -35,6 +35,11 @@ EXECUTION_TIP = ("How the models run: a dynamic KV cache grows and is cropped; a
 
 
 # A step count in a progress message ("(4/16)", "3/14,"): never a model's folder, whatever the disk holds.
+COSTS_TIP = ("c: draft time per drafted token over one target forward of one token. v: the verification "
+             "forward over one target forward of one token.\nloop: the share of each pass spent outside drafting "
+             "and verifying (the engine's own work). Verifying K tokens costs about one forward only while it is "
+             "small; a '!' marks a share above 20 %.")
+LOOP_SHARE_NOTED = 0.2  # above this share of a pass, the loop's own work is no longer small next to the forward
 STEP_COUNT = re.compile(r"\(?\d+/\d+\)?[,.:;]?")
 
 SPACING = 10  # between two items of the bar
@@ -260,8 +265,8 @@ class RunStatusBar(QStatusBar):
         self.load_bar.setValue(done)
         for widget in self._run_labels:
             widget.hide()
-        for widget in (self.load_label, self.load_bar, self.cancel_load_button):
-            widget.show()
+        for part in (self.load_label, self.load_bar, self.cancel_load_button):
+            part.show()
         self.line.relayout()
 
     def end_load_progress(self) -> None:
@@ -295,14 +300,25 @@ class RunStatusBar(QStatusBar):
         self.line.relayout()  # now, not when the texts' layout requests come: a grab or paint sees it laid out
 
     def show_run(self, tokens_per_s: float | None, alpha: float | None, passes: int, tokens: int,
-                 acceptance_rate: float | None = None) -> None:
+                 acceptance_rate: float | None = None, stats: RunningStats | None = None) -> None:
         self.speed_label.setText("" if tokens_per_s is None else f"{tokens_per_s:.1f} tokens/s")
         rate = "" if acceptance_rate is None else f" · accepted/drafted {acceptance_rate:.2f}"
         self.alpha_label.setText(("α —" if alpha is None else f"α {alpha:.2f}") + rate)
         self.alpha_label.set_tip("α = accepted / tested positions (accepted + passes that ended in a rejection): "
                                  "the α of E(α, K).\naccepted/drafted: the draft acceptance rate, lower for K > 1.")
-        self.passes_label.setText(f"{passes} passes · {tokens} tokens")
+        self.passes_label.setText(f"{passes} passes · {tokens} tokens{_costs(stats)}")
+        self.passes_label.set_tip(COSTS_TIP)
         self.line.relayout()
+
+
+def _costs(stats: RunningStats | None) -> str:
+    """' · c 0.12 · v 1.40 · loop 3%': what a pass costs; a '!' when the loop's own work is no small share."""
+    if stats is None:
+        return ""
+    parts = [f"{name} {value:.2f}" for name, value in (("c", stats.c), ("v", stats.verify_cost)) if value is not None]
+    if stats.overhead is not None:
+        parts.append(f"loop {stats.overhead:.0%}" + ("!" if stats.overhead > LOOP_SHARE_NOTED else ""))
+    return "".join(f" · {part}" for part in parts)
 
 
 def short_model_name(name: str) -> str:

@@ -2,7 +2,7 @@
 
 With i.i.d. acceptance alpha, K drafts per pass, c = draft time per drafted
 token over one target forward of one token and v = verify forward over one
-target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/stats.py):
+target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/core/stats.py):
 
     E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)     tokens per pass
     speedup(alpha, K, c) = E(alpha, K) / (K c + 1)              (and E / (K c + v))
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
@@ -39,16 +39,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.engine.settings import MAX_K
-from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.widgets import on_screen
+from app.widgets.chart_export import install_export_menu
+from app.widgets.chart_style import IntegerAxis, style_plot, style_text_item, style_view
+from app.widgets.run_view import RunView
+from app.widgets.theme import Theme, follow_theme
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 
 ALPHAS = np.linspace(0.0, 1.0, 201)
 FAMILY = tuple(range(1, 9))  # the E(alpha, K) curves drawn together, as in Leviathan et al., Figure 2
 ALPHA_STEPS = 100  # the alpha slider: 0..1 in steps of 0.01
 C_STEPS, C_MAX = 200, 2.0  # the c slider: 0..C_MAX in steps of 0.01
-FAMILY_COLOUR = "#9A9A9A"
+FAMILY_COLOUR = "#8A8A8A"  # the K = 1..8 family: lines only (their labels are in the theme's text colour)
 CURSOR_COLOUR = "#CC79A7"
 CURVE_COLOUR = "#0072B2"
 BEST_COLOUR = "#009E73"
@@ -98,7 +102,7 @@ def measured_from(session) -> MeasuredPoint:
 class TheoryExplorer(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._session = None
+        self._session: RunView | None = None
         self.measured = MeasuredPoint()
         self._throttle = RedrawThrottle(MIN_REDRAW_MS, self.refresh, self)
         self._build_controls()
@@ -109,6 +113,8 @@ class TheoryExplorer(QWidget):
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._columns = 0
         self._layout()
+        follow_theme(self, self.apply_theme)
+        install_export_menu(self.plots, "theory")
         self.redraw()
 
     def _layout(self) -> None:
@@ -169,7 +175,6 @@ class TheoryExplorer(QWidget):
 
     def _build_plots(self) -> None:
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setBackground(None)
         self.e_plot = self._plot(0, "Tokens per pass E(α, K), K = 1..8; ● this run", "α = accepted / tested",
                                  "tokens per pass")
         self.family = self._family_curves(self.e_plot)
@@ -182,7 +187,7 @@ class TheoryExplorer(QWidget):
         self.best_line = self.speedup_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=1.5, style=Qt.PenStyle.DashLine),
                                                 name="best K")
         self.speedup_point = self._measured_marker(self.speedup_plot)
-        self.optimal_plot = self._plot(2, "Optimal K for c (speedup E / (K c + 1))", "α", "K")
+        self.optimal_plot = self._plot(2, "Optimal K for c (speedup E / (K c + 1))", "α", "K", integer_y=True)
         self.optimal_plot.addLegend(offset=(5, 5))
         self.optimal_line = self.optimal_plot.plot(pen=pg.mkPen(BEST_COLOUR, width=2.5), stepMode=None,
                                                    name="optimal K")
@@ -191,15 +196,23 @@ class TheoryExplorer(QWidget):
         self.optimal_plot.setYRange(0, 2 * max(FAMILY), padding=0)  # K → 64 only as α → 1: that corner is cut
         self.cursors = [self._cursor(plot) for plot in (self.e_plot, self.speedup_plot, self.optimal_plot)]
         self.position_plot = self._plot(3, "α by draft position (tested); - - i.i.d. α", "position",
-                                        "accepted / tested")
+                                        "accepted / tested", integer_x=True)
         self.position_plot.setYRange(0, 1)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=CURVE_COLOUR)
         self.position_plot.addItem(self.position_bars)
         self.position_alpha = pg.InfiniteLine(angle=0, pen=pg.mkPen(MEASURED_COLOUR, style=Qt.PenStyle.DashLine))
         self.position_plot.addItem(self.position_alpha)
 
-    def _plot(self, col: int, title: str, x_label: str, y_label: str) -> pg.PlotItem:
-        plot = self.plots.addPlot(row=0, col=col)
+    def _plot(self, col: int, title: str, x_label: str, y_label: str, integer_x: bool = False,
+              integer_y: bool = False) -> pg.PlotItem:
+        """A plot; an axis of counts (draft positions, K) has ticks at whole numbers only."""
+        axes = {}
+        if integer_x:
+            axes["bottom"] = IntegerAxis("bottom")
+        if integer_y:
+            axes["left"] = IntegerAxis("left")
+        plot = self.plots.addPlot(row=0, col=col, axisItems=axes)
+        plot.plain_title = title
         plot.setTitle(title, size="9pt")
         plot.setLabel("bottom", x_label)
         plot.setLabel("left", y_label)
@@ -212,9 +225,10 @@ class TheoryExplorer(QWidget):
         curves = {}
         for k in FAMILY:
             curves[k] = plot.plot(ALPHAS, e_curve(k), pen=pg.mkPen(FAMILY_COLOUR, width=1))
-            label = pg.TextItem(f"K={k}", color=FAMILY_COLOUR, anchor=(1.0, 0.5))
+            label = pg.TextItem(f"K={k}", anchor=(1.0, 0.5))
             label.setPos(0.99, k + 1)
             plot.addItem(label)
+            plot.family_labels = [*getattr(plot, "family_labels", []), label]  # restyled with the theme
         plot.setXRange(0, 1.0, padding=0.02)
         return curves
 
@@ -231,8 +245,24 @@ class TheoryExplorer(QWidget):
         plot.addItem(marker)
         return marker
 
+    def apply_theme(self, theme: Theme) -> None:
+        """Titles, axes, ticks and legends in the theme's colours and sizes; thicker lines on a projector."""
+        self._theme = theme
+        style_view(self.plots, theme)
+        for plot in (self.e_plot, self.speedup_plot, self.optimal_plot, self.position_plot):
+            style_plot(plot, theme, plot.plain_title)
+        for label in self.e_plot.family_labels:
+            style_text_item(label, theme)
+        self.e_line.setPen(pg.mkPen(CURVE_COLOUR, width=theme.line_px + 1))
+        self.speedup_line.setPen(pg.mkPen(CURVE_COLOUR, width=theme.line_px))
+        self.optimal_line.setPen(pg.mkPen(BEST_COLOUR, width=theme.line_px))
+
+    def text_plots(self) -> list[pg.PlotItem]:
+        """The plots whose text the theme colours (for the contrast test)."""
+        return [self.e_plot, self.speedup_plot, self.optimal_plot, self.position_plot]
+
     # --- binding ----------------------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
         session.sig_refresh.connect(self.request_refresh)
         session.sig_started.connect(lambda _event: self.reset())
@@ -280,11 +310,12 @@ class TheoryExplorer(QWidget):
         self.redraw()
 
     def _set_quietly(self, k: int | None, c: float | None, alpha: float | None = None) -> None:
-        for spin, value in ((self.k_spin, k), (self.c_spin, c)):
-            if value is not None:
-                spin.blockSignals(True)
-                spin.setValue(value)
-                spin.blockSignals(False)
+        if k is not None:
+            with QSignalBlocker(self.k_spin):
+                self.k_spin.setValue(k)
+        if c is not None:
+            with QSignalBlocker(self.c_spin):
+                self.c_spin.setValue(c)
         if alpha is not None:
             self.alpha_slider.blockSignals(True)
             self.alpha_slider.setValue(round(alpha * ALPHA_STEPS))
@@ -337,7 +368,8 @@ class TheoryExplorer(QWidget):
         self.e_line.setData(ALPHAS, e_curve(k))
         self.speedup_line.setData(ALPHAS, speedup_curve(k, c))
         self.optimal_line.setData(ALPHAS, optimal_k_curve(c))
-        self.optimal_plot.setTitle(f"Optimal K against α at c = {c:.3g}", size="9pt")
+        self.optimal_plot.plain_title = f"Optimal K against α at c = {c:.3g}"
+        style_plot(self.optimal_plot, self._theme, self.optimal_plot.plain_title)
         self.alpha_label.setText(f"α = {self.alpha:.2f}")
         for cursor in self.cursors:
             cursor.setValue(self.alpha)
@@ -384,6 +416,7 @@ class TheoryExplorer(QWidget):
                     f"{_fmt(point.tokens_per_pass)} tokens per pass, estimated speedup {_fmt(point.speedup)}× "
                     "(tokens × one target forward / time; the race measures a real plain run).")
         best = self.optimal_k
+        assert best is not None, "α was measured, so an optimal K exists"
         best_c = self._c_for_best()
         return " ".join(part for part in [
             measured,

@@ -27,6 +27,8 @@ from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from app.engine.events import ASD_EXCEPTION, CLIPPED, REJECTED, AppendedToken, DraftedToken, PassEvent
 from app.widgets import token_style as ts
+from app.widgets.chart_export import install_html_export
+from app.widgets.run_view import RunView, bound
 from app.widgets.tree_view import branch_count, tested_count
 
 GHOST_NEWLINE = "↵"
@@ -56,7 +58,8 @@ class TokenView(QPlainTextEdit):
         self.setMouseTracking(True)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.setPlaceholderText("Generated text appears here, token by token.")
-        self._session = None
+        install_html_export(self, "token-stream")  # right-click: save the stream as HTML for slides
+        self._session: RunView | None = None
         self._hide_rejected = False
         self._formats = ts.make_formats(ts.is_dark(self.palette()))
         self._continuation = QTextBlockFormat()
@@ -74,7 +77,7 @@ class TokenView(QPlainTextEdit):
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
-    def set_session(self, session) -> None:
+    def set_session(self, session: RunView) -> None:
         self._session = session
         session.sig_refresh.connect(self.refresh)
 
@@ -154,7 +157,7 @@ class TokenView(QPlainTextEdit):
 
     def _insert_change_marker(self, row: int) -> None:
         """Mark where a setting changed: before the first pass under the new one."""
-        changes = self._session.changes
+        changes = bound(self._session).changes
         while self._changes_shown < len(changes) and changes[self._changes_shown].row <= row:
             change = changes[self._changes_shown]
             self._changes_shown += 1
@@ -276,8 +279,9 @@ class TokenView(QPlainTextEdit):
 
     def token_info(self, index: int) -> tuple[PassEvent, DraftedToken | AppendedToken]:
         row, slot = self._refs[index]
-        event = self._session.passes[row]
-        return event, (event.appended if slot < 0 else event.drafted[slot])
+        event = bound(self._session).passes[row]
+        appended = event.appended
+        return event, (appended if slot < 0 and appended is not None else event.drafted[slot])
 
     def _token_under(self, pos) -> int | None:
         return self.token_at(self._position_under(pos))
@@ -299,7 +303,7 @@ class TokenView(QPlainTextEdit):
             if index is not None:
                 QToolTip.showText(event.globalPos(), tooltip_text(*self.token_info(index)), self.viewport())
             elif tree_row is not None:
-                QToolTip.showText(event.globalPos(), tree_text(self._session.passes[tree_row]), self.viewport())
+                QToolTip.showText(event.globalPos(), tree_text(bound(self._session).passes[tree_row]), self.viewport())
             else:
                 QToolTip.hideText()
             return True

@@ -28,7 +28,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, Q
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from app.engine.events import ACCEPTED, CLIPPED, NOT_REACHED, REJECTED, AppendedToken, PassEvent, TreeNode
-from app.engine.explain import branch_count, tested_count
+from app.teaching.explain import branch_count, tested_count
 from app.widgets import token_style as ts
 from app.widgets.token_style import token_label
 
@@ -83,7 +83,7 @@ def place_tree(tree: tuple[TreeNode, ...], appended: AppendedToken | None,
             row, next_row = next_row, next_row + 1
         if key == ROOT:
             label, style = "", ROOT_STYLE
-        elif key == APPENDED:
+        elif key == APPENDED and appended is not None:  # the key exists only with an appended token
             label, style = token_label(appended.text, appended.id), appended.kind
         else:
             label, style = token_label(by_id[key].text, by_id[key].token), by_id[key].outcome
@@ -178,8 +178,8 @@ def box_looks(dark: bool, text: QColor) -> dict[str, BoxLook]:
 
 def _blend(ink: QColor, paper: QColor, share: float) -> QColor:
     """`share` of `ink` over `paper`."""
-    return QColor.fromRgbF(*(share * a + (1 - share) * b for a, b in zip(ink.getRgbF()[:3], paper.getRgbF()[:3],
-                                                                          strict=True)))
+    rgb = ((ink.redF(), paper.redF()), (ink.greenF(), paper.greenF()), (ink.blueF(), paper.blueF()))
+    return QColor.fromRgbF(*(share * a + (1 - share) * b for a, b in rgb))
 
 
 class TreeCanvas(QWidget):

@@ -1,4 +1,4 @@
-"""α, the acceptance rate, tokens per pass and E(α, K) agree (docs/ALGORITHMS.md §6-§7, app/engine/stats.py)."""
+"""α, the acceptance rate, tokens per pass and E(α, K) agree (docs/ALGORITHMS.md §6-§7, app/engine/core/stats.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from app.engine.core.stats import GenerationStats, expected_tokens_per_pass
+from app.engine.core.stats import tested_positions as trials_of
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, REJECTED, DraftedToken, Timing
-from app.engine.stats import GenerationStats, expected_tokens_per_pass
-from app.engine.stats import tested_positions as trials_of
 
 TIMING = Timing(draft_ms=1.0, verify_ms=2.0, total_ms=3.5)
 
@@ -108,3 +108,12 @@ def test_the_median_forward_follows_every_way_the_samples_grow():
     stats.forward_ms.append(0.5)  # changed directly, as a caller may
     assert stats.target_forward_ms == statistics.median(stats.forward_ms)
     assert GenerationStats().target_forward_ms is None
+
+
+def test_the_overhead_is_the_share_of_pass_time_outside_drafting_and_verifying():
+    stats = GenerationStats()
+    assert stats.overhead is None and stats.snapshot().overhead is None
+    stats.add_pass([], 1, Timing(draft_ms=0.0, verify_ms=9.0, total_ms=10.0))
+    stats.add_pass([], 1, Timing(draft_ms=4.0, verify_ms=12.0, total_ms=20.0))
+    assert stats.overhead == pytest.approx(1 - 25 / 30)
+    assert stats.snapshot().overhead == stats.overhead

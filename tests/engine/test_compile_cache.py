@@ -1,4 +1,4 @@
-"""Compiled forwards are kept per key in the user cache folder (app/engine/compile_cache.py)."""
+"""Compiled forwards are kept per key in the user cache folder (app/engine/runtime/compile_cache.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from app.engine import compile_cache
-from app.engine.compile_cache import INDUCTOR_ENV, compile_key, keep_compiled, user_cache_folder
+from app.engine.runtime import compile_cache
+from app.engine.runtime.compile_cache import INDUCTOR_ENV, compile_key, keep_compiled, user_cache_folder
 
 
 def test_the_key_changes_with_every_part_and_names_the_target():

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.errors import OutOfMemoryError
 from app.engine.events import EndEvent, NoticeEvent, PassEvent, to_json_line
@@ -50,12 +50,12 @@ def test_out_of_memory_in_a_drafter_is_reported_and_the_run_goes_on(decoder, mon
                                    RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"),
                                    MemoryError()])
 def test_out_of_memory_during_loading(tiny_llama, monkeypatch, error):
-    import app.engine.loading as loading
+    import app.engine.loading.hub as hub
 
     def exhausted(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", exhausted)
+    monkeypatch.setattr(hub.AutoModelForCausalLM, "from_pretrained", exhausted)
     with pytest.raises(OutOfMemoryError, match="memory was released.*smaller"):
         load_models(str(tiny_llama[0]))
 
@@ -117,4 +117,15 @@ def test_json_lines_stay_strict_json_when_a_model_produces_nan():
     data = json.loads(line, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
     assert data["stats"] == {"alpha": None, "tokens_per_pass": 1.0, "c": None, "tokens_per_s": None,
                              "acceptance_rate": None, "expected_tokens_per_pass": None, "verify_cost": None,
-                             "estimated_speedup": None, "target_forward_ms": None}
+                             "estimated_speedup": None, "target_forward_ms": None, "overhead": None}
+
+
+def test_a_drafter_that_failed_in_one_request_drafts_again_in_the_next(decoder, monkeypatch):
+    settings = DecodeSettings(drafters=("draft-model", "prompt-lookup"), max_new_tokens=10)
+    monkeypatch.setattr(ModelDrafter, "propose", fail_on_call(1, RuntimeError("once"))(ModelDrafter.propose))
+    failed = list(decoder.generate(PROMPTS[0], settings))
+    assert "draft-model" not in [e.drafter for e in failed if isinstance(e, PassEvent)]
+    monkeypatch.undo()
+    again = list(decoder.generate(PROMPTS[0], settings))
+    assert not any(isinstance(e, NoticeEvent) for e in again)
+    assert [e.drafter for e in again if isinstance(e, PassEvent)][0] == "draft-model"

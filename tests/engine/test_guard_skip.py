@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch._dynamo import eval_frame
 
-from app.engine.cached_model import CachedModel
-from app.engine.execution import Execution, run_warm, warm_call
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.execution import Execution, run_warm, warm_call
 from tests.engine.test_tree import full_logits, tiny_model
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.pass_events import INSPECT_TOP, residual_detail
+from app.engine.decoding.decoder import SpeculativeDecoder
+from app.engine.decoding.pass_events import INSPECT_TOP, batched_tops, residual_detail
+from app.engine.events import PassEvent
+from app.engine.loading import load_models
+from app.engine.settings import DecodeSettings
+from tests.engine.helpers import PROMPTS
 
 
 def test_the_sampled_token_is_recorded_even_outside_every_top():
@@ -25,3 +30,36 @@ def test_the_sampled_token_is_recorded_even_outside_every_top():
     assert (entry.p, entry.q, entry.r) == pytest.approx((float(p[sampled]), 0.0, float(residual[sampled])))
     assert sum(e.r for e in entries) + other == pytest.approx(1.0)  # entries and the rest still add up
     assert norm == pytest.approx(0.5)  # sum max(0, p - q): the chance a draft from q is rejected here
+
+
+def test_one_batched_search_finds_the_tops_each_search_alone_finds():
+    torch.manual_seed(0)
+    rows = {"p_top": torch.randn(5, 300).softmax(-1), "q_top": torch.randn(4, 300).softmax(-1).bfloat16(),
+            "residual": torch.randn(3, 300).softmax(-1), "other_width": torch.randn(2, 40).softmax(-1)}
+    tops = batched_tops(rows)
+    for name, t in rows.items():
+        values, ids = t.float().topk(INSPECT_TOP, dim=-1)
+        assert torch.equal(tops[name][0], values) and torch.equal(tops[name][1], ids), name
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_llama):
+    return SpeculativeDecoder(load_models(*map(str, tiny_llama)))
+
+
+def _passes(decoder, settings, inspect: bool) -> list[PassEvent]:
+    decoder.forget_caches()  # both runs start cold: a kept prefix would round the first logits differently
+    return [e for e in decoder.generate(PROMPTS[0], settings, inspect=inspect) if isinstance(e, PassEvent)]
+
+
+@pytest.mark.parametrize("verify", ["greedy", "sample"])
+def test_a_run_without_the_inspector_commits_and_shows_the_same_but_the_detail(decoder, verify):
+    settings = DecodeSettings(verify=verify, drafters=("draft-model",), k=4, max_new_tokens=16, seed=5)
+    _passes(decoder, settings, False)  # t_T is timed in the first run only, which feeds the prompt differently
+    shown, hidden = (_passes(decoder, settings, inspect) for inspect in (True, False))
+    assert [(p.drafted, p.appended, p.ledger, p.path) for p in shown] == \
+        [(p.drafted, p.appended, p.ledger, p.path) for p in hidden]
+    assert all(p.detail.p_top and len(p.detail.p_top) == len(p.drafted) + 1 for p in shown)
+    assert not any(p.detail.p_top or p.detail.q_top or p.detail.residual for p in hidden)
+    if verify == "sample":
+        assert any(p.detail.residual for p in shown)

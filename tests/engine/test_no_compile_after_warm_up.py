@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import FAMILIES, TargetShape, build_module, default_config, save_head
 from app.engine.drafters.registry import BRANCHING_DRAFTERS
 from app.engine.events import EndEvent, NoticeEvent

@@ -1,10 +1,12 @@
-"""A chain pass waits for the device once: what its rule and its event need comes back in one read.
+"""A pass waits for the device once: what its rule and its event need comes back in one read.
 
 The tests run on the CPU, so "device tensor" means a tensor computed from the verification forward's
 logits, the drafter's q or a random draw. A dispatch mode follows them through every operation and records
 each one that would make the host wait for a device (reading a value: item, int, float, bool, tolist; or an
-output whose size depends on the values: nonzero, unique, masked_select), except inside the decoder's one
-`fetch`, which the test routes through the packed copy a device uses.
+output whose size depends on the values: nonzero, unique, masked_select), except inside the pass's one
+`fetch`, which the test routes through the packed copy a device uses (`.cpu()`: the read itself).
+Greedy, sampled and ASD chain passes and greedy tree passes read once; a sampled tree's walk reads p' at
+every child it tries (tree.py), so its passes are not counted here.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import app.engine.decoder as decoder_module
-import app.engine.pass_events as pass_events
-from app.engine.decoder import SpeculativeDecoder
+import app.engine.decoding.blocks as blocks
+import app.engine.decoding.pass_events as pass_events
+from app.engine.core.verify import read_packed
+from app.engine.decoding.decoder import SpeculativeDecoder
+from app.engine.events import PassEvent
 from app.engine.loading import load_models
-from app.engine.settings import RepetitionSettings, SamplingSettings
-from app.engine.verify import read_packed
+from app.engine.settings import DecodeSettings, RepetitionSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, run
 
 MARK = "_from_device"
@@ -91,11 +94,13 @@ def watched(decoder, monkeypatch):
         mode.verifying = False
         return real_pass(*args, **kwargs)
 
-    def draft(*args, **kwargs):
-        proposal, name = real_draft(*args, **kwargs)
-        if proposal.q is not None:
-            mark(proposal.q)
-        return proposal, name
+    def marking_q(method):
+        def draft(*args, **kwargs):
+            proposal, name = method(*args, **kwargs)
+            if proposal.q is not None:
+                mark(proposal.q)
+            return proposal, name
+        return draft
 
     real_tolist = torch.Tensor.tolist
 
@@ -104,11 +109,12 @@ def watched(decoder, monkeypatch):
             mode.reads.append("tolist")
         return real_tolist(self)
 
-    real_pass, real_draft = decoder._pass, decoder._draft  # noqa: SLF001 - wrapped to count and mark
-    monkeypatch.setattr(decoder_module, "fetch", fetch)
+    real_pass = decoder._pass  # noqa: SLF001 - wrapped to count
+    monkeypatch.setattr(blocks, "fetch", fetch)
     monkeypatch.setattr(torch.Tensor, "tolist", tolist)
     monkeypatch.setattr(decoder, "_pass", counted_pass)
-    monkeypatch.setattr(decoder, "_draft", draft)
+    monkeypatch.setattr(decoder.chain, "draft", marking_q(decoder.chain.draft))
+    monkeypatch.setattr(decoder.chain, "draft_tree", marking_q(decoder.chain.draft_tree))
     monkeypatch.setattr(decoder.target, "advance_to", marking(decoder.target.advance_to))
     monkeypatch.setattr(decoder.target, "extend_tree", marking(decoder.target.extend_tree))
     with mode:
@@ -136,13 +142,38 @@ def test_a_chain_pass_reads_the_device_once(decoder, watched, settings):
         assert any(p.detail.residual for p in passes)  # the residual's entries came back in the same read
 
 
-def test_a_greedy_tree_pass_reads_its_verdict_then_its_event(decoder, watched):
+@pytest.mark.parametrize("settings", [
+    dict(verify="greedy", drafters=("draft-model",), k=4, tree=10),
+    dict(verify="greedy", drafters=("prompt-lookup",), k=4, tree=6),
+], ids=["draft-model", "prompt-lookup"])
+def test_a_greedy_tree_pass_reads_the_device_once(decoder, watched, settings):
     mode, per_pass = watched
-    passes, _ = run(decoder, PROMPTS[1], max_new_tokens=20, seed=3, drafters=("draft-model",), k=4, tree=10)
-    tree_passes = [p for p in passes if p.k]  # the rest are plain steps (the token limit left no room to draft)
-    assert any(p.tree for p in tree_passes)
-    assert mode.reads == ["tolist"] * len(tree_passes)  # the rule walks the tree on the host (tree.py)
+    passes, _ = run(decoder, PROMPTS[1], max_new_tokens=20, seed=3, **settings)
+    assert any(p.tree for p in passes)
+    assert not mode.reads, sorted(set(mode.reads))  # the argmax came back with the event's numbers
     assert per_pass == [1] * len(passes)
+
+
+@pytest.mark.parametrize("inspect", [True, False])
+def test_the_inspectors_tops_are_searched_once_per_pass_and_only_when_shown(decoder, watched, monkeypatch, inspect):
+    mode, _ = watched
+    searches: list[int] = []
+    real_topk = pass_events.rowwise.topk
+
+    def topk(x, k):
+        searches.append(x.shape[0])
+        return real_topk(x, k)
+
+    monkeypatch.setattr(pass_events.rowwise, "topk", topk)
+    events = list(decoder.generate(PROMPTS[1], DecodeSettings(
+        verify="sample", drafters=("draft-model",), k=4, max_new_tokens=12, seed=3), inspect=inspect))
+    passes = [e for e in events if isinstance(e, PassEvent)]
+    if inspect:
+        assert len(searches) == len(passes)  # p, q and the rejected row's p, q and r in one search
+        assert all(p.detail.p_top for p in passes)
+    else:
+        assert not searches
+        assert all(not p.detail.p_top and not p.detail.q_top and not p.detail.residual for p in passes)
 
 
 def test_the_packed_read_keeps_every_value_and_shape():
@@ -170,7 +201,7 @@ class FakeEvent:
         return later.ms - self.ms
 
     def synchronize(self) -> None:
-        pass
+        pytest.fail("the clock waited for an event")
 
 
 def test_the_clock_on_a_cuda_device_marks_with_events_and_never_synchronises(monkeypatch):
@@ -183,3 +214,14 @@ def test_the_clock_on_a_cuda_device_marks_with_events_and_never_synchronises(mon
     timing = clock.timing()
     assert (timing.draft_ms, timing.verify_ms) == (3.5, 6.5)
     assert timing.total_ms >= 0
+
+
+def test_the_stopwatch_on_a_cuda_device_records_events_and_reads_them_later(monkeypatch):
+    stamps = iter([1.0, 3.0, 10.0, 10.5])
+    monkeypatch.setattr(pass_events, "_recorded", lambda device: FakeEvent(next(stamps)))
+    monkeypatch.setattr(pass_events, "synchronize", lambda device: pytest.fail("the stopwatch synchronised"))
+    stopwatch = pass_events.Stopwatch(torch.device("cuda"))
+    for _ in range(2):
+        stopwatch.start()
+        stopwatch.stop()
+    assert stopwatch.samples_ms() == [2.0, 0.5]

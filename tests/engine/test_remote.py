@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.engine import LocalEngine
 from app.engine.errors import ContextTooLongError, ModelLoadError
 from app.engine.events import EndEvent, PassEvent, StartEvent
+from app.engine.load_request import LoadRequest
 from app.engine.loading import load_models
 from app.engine.race import RaceResult
 from app.engine.remote import EngineProcess, EngineProcessError, EngineProcessStarter, ModelsSummary
@@ -22,14 +23,14 @@ from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings,
 from tests.engine.helpers import PROMPTS
 
 
-def request_for(pair) -> dict:
+def request_for(pair) -> LoadRequest:
     target, draft = pair
-    return dict(target=str(target), draft=str(draft), device="cpu", dtype="float32")
+    return LoadRequest(target=str(target), draft=str(draft), device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")
 def local(tiny_llama):
-    models = load_models(**request_for(tiny_llama))
+    models = load_models(**request_for(tiny_llama).to_dict())
     return models, SpeculativeDecoder(models)
 
 
@@ -172,7 +173,7 @@ def test_the_local_engine_keeps_the_same_contract(engine, local):
 
 def test_load_failure_is_the_loaders_typed_error_and_leaves_no_process(tmp_path):
     with pytest.raises(ModelLoadError, match="not a loadable model folder|does not exist|not found"):
-        EngineProcess(dict(target=str(tmp_path / "missing"), draft=None, device="cpu", dtype="float32"), threads=1)
+        EngineProcess(LoadRequest(target=str(tmp_path / "missing"), device="cpu", dtype="float32"), threads=1)
 
 
 def test_cancelled_load_ends_the_child_at_once(tiny_llama):

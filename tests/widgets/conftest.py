@@ -45,9 +45,10 @@ def fake_window(make_window):
 def tiny_engine(tiny_llama):
     """Real engine in this process on the tiny random llama pair."""
     from app.engine.engine import LocalEngine
+    from app.engine.load_request import LoadRequest
 
     target, draft = tiny_llama
-    return LocalEngine.load(dict(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
+    return LocalEngine.load(LoadRequest(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
 
 
 @pytest.fixture
@@ -55,3 +56,13 @@ def real_window(make_window, tiny_engine):
     window = make_window(tiny_engine)
     window.controls.prompt.setPlainText("def add(a, b):")
     return window
+
+
+@pytest.fixture(autouse=True)
+def normal_theme():
+    """Every test starts and ends in the normal theme: the theme hub is one per application."""
+    from app.widgets.theme import theme_hub
+
+    yield
+    theme_hub().set_presentation(False)
+    theme_hub().set_text_scale(1.0)

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from app.engine.engine import ModelsSummary
+from app.engine.load_request import LoadRequest
 from app.engine.remote import EngineProcess
 from app.widgets.inspector import COL_TARGET
 from tests.widgets.helpers import RUN_MS, run_to_end, wait_for_passes
@@ -41,7 +42,7 @@ def load(qtbot, window, request: dict) -> None:
 def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_llama, tmp_path):
     window = process_window
     target, draft = tiny_llama
-    request = dict(target=str(target), draft=str(draft), device="cpu", dtype="float32")
+    request = LoadRequest(target=str(target), draft=str(draft), device="cpu", dtype="float32")
     load(qtbot, window, request)
     engine = window.engine
     assert isinstance(engine, EngineProcess) and engine.alive and isinstance(window.summary, ModelsSummary)
@@ -72,7 +73,7 @@ def test_the_window_runs_its_engine_in_a_process(qtbot, process_window, tiny_lla
         assert window.start_race()
     assert window.race_view.timeline.result is not None and window.race_view.timeline.result.identical
 
-    assert window.load_models_async(dict(request, target=str(tmp_path / "missing"))) is not None
+    assert window.load_models_async(request.with_changes(target=str(tmp_path / "missing"))) is not None
     qtbot.waitUntil(lambda: not window.is_loading, timeout=LOAD_MS)
     assert "Could not load the models" in window.banner.text() and "Still using" in window.banner.text()
     assert window.engine is engine and engine.alive

@@ -14,20 +14,20 @@ from tests.widgets.helpers import RUN_MS, hold_compiles
 
 
 def test_the_dialog_offers_the_cache_and_compile_choices(qtbot):
-    dialog = ModelDialog(current=dict(DEFAULT_REQUEST))
+    dialog = ModelDialog(current=DEFAULT_REQUEST)
     qtbot.addWidget(dialog)
-    assert dialog.request()["cache"] is None and dialog.request()["compile"] is None  # the device's default
+    assert dialog.request().cache is None and dialog.request().compile is None  # the device's default
     assert [dialog.cache.itemData(i) for i in range(dialog.cache.count())] == [None, "dynamic", "static"]
     assert [dialog.compile.itemData(i) for i in range(dialog.compile.count())] == [None, True, False]
-    dialog.set_request(dict(DEFAULT_REQUEST, cache="static", compile=True))
-    assert dialog.request()["cache"] == "static" and dialog.request()["compile"] is True
-    dialog.set_request(dict(DEFAULT_REQUEST, cache="dynamic", compile=False))
-    assert dialog.request()["cache"] == "dynamic" and dialog.request()["compile"] is False
+    dialog.set_request(DEFAULT_REQUEST.with_changes(cache="static", compile=True))
+    assert dialog.request().cache == "static" and dialog.request().compile is True
+    dialog.set_request(DEFAULT_REQUEST.with_changes(cache="dynamic", compile=False))
+    assert dialog.request().cache == "dynamic" and dialog.request().compile is False
     assert "write position" in dialog.cache.toolTip() and "falls back" in dialog.compile.toolTip()
 
 
 def test_the_dialog_refuses_to_compile_on_the_dynamic_cache(qtbot):
-    dialog = ModelDialog(current=dict(DEFAULT_REQUEST, cache="dynamic", compile=True))
+    dialog = ModelDialog(current=DEFAULT_REQUEST.with_changes(cache="dynamic", compile=True))
     qtbot.addWidget(dialog)
     asked = []
     dialog.sig_load_requested.connect(asked.append)
@@ -35,7 +35,7 @@ def test_the_dialog_refuses_to_compile_on_the_dynamic_cache(qtbot):
     assert not asked and "needs the static cache" in dialog.message.text()
     dialog.cache.setCurrentIndex(dialog.cache.findData("static"))
     dialog.load_button.click()
-    assert asked and asked[0]["cache"] == "static" and asked[0]["compile"] is True
+    assert asked and asked[0].cache == "static" and asked[0].compile is True
 
 
 def test_the_status_bar_shows_the_loaded_mode_then_the_one_in_use(make_window):
@@ -48,11 +48,11 @@ def test_the_status_bar_shows_the_loaded_mode_then_the_one_in_use(make_window):
 
 
 def test_the_chosen_mode_is_remembered_and_a_bad_one_ignored(make_window, store):
-    store.setValue("models/request", json.dumps(dict(DEFAULT_REQUEST, cache="static", compile=True)))
+    store.setValue("models/request", json.dumps(DEFAULT_REQUEST.with_changes(cache="static", compile=True).to_dict()))
     store.sync()
     window = make_window()
-    assert window.model_request["cache"] == "static" and window.model_request["compile"] is True
-    store.setValue("models/request", json.dumps(dict(DEFAULT_REQUEST, compile="yes")))
+    assert window.model_request.cache == "static" and window.model_request.compile is True
+    store.setValue("models/request", json.dumps(DEFAULT_REQUEST.with_changes(compile="yes").to_dict()))
     store.sync()
     other = make_window()
     assert other.model_request == DEFAULT_REQUEST
@@ -66,7 +66,7 @@ def test_the_warm_up_steps_show_in_the_status_bar_and_a_cancel_stops_between_the
     window = make_window()
     window.runs.factory = LocalEngine.load
     target, draft = tiny_llama
-    loader = window.load_models_async(dict(DEFAULT_REQUEST, target=str(target), draft=str(draft), device="cpu",
+    loader = window.load_models_async(DEFAULT_REQUEST.with_changes(target=str(target), draft=str(draft), device="cpu",
                                            compile=True))
     assert loader is not None
     loaded, failed = [], []

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from app.engine.engine import LocalEngine
+from app.engine.load_request import LoadRequest
 from app.engine.settings import GenerationControl, LiveSettings, SettingsError
 from app.main_window import BUNDLED_HINT, FIRST_PROMPT
 from app.settings_store import DEFAULT_REQUEST
@@ -24,7 +25,7 @@ EXIT_BOUND_S = 5.0  # generous: the window closes its engine process in well und
 
 @pytest.fixture(scope="module")
 def demo_engine():
-    return LocalEngine.load(dict(DEFAULT_REQUEST, device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
+    return LocalEngine.load(DEFAULT_REQUEST.with_changes(device="cpu"))  # the bundled family (HF_HUB_OFFLINE=1)
 
 
 def gated_factory(gate: threading.Event):
@@ -41,7 +42,7 @@ def test_generate_while_loading_queues_the_run_and_shows_progress(qtbot, make_wi
     gate = threading.Event()
     window.runs.factory = gated_factory(gate)
     window.controls.prompt.setPlainText("def add(a, b):")
-    window.load_models_async(dict(DEFAULT_REQUEST))
+    window.load_models_async(DEFAULT_REQUEST)
     qtbot.waitUntil(lambda: window.status.load_bar.isVisible() and window.status.load_bar.value() == 500)
     assert window.status.load_label.text() == "Loading demo/target"
 
@@ -58,7 +59,7 @@ def test_a_race_while_loading_says_the_models_are_loading(qtbot, make_window):
     window = make_window()
     gate = threading.Event()
     window.runs.factory = gated_factory(gate)
-    window.load_models_async(dict(DEFAULT_REQUEST))
+    window.load_models_async(DEFAULT_REQUEST)
     assert not window.start_race()
     assert "still loading" in window.banner.text() and "No models are loaded" not in window.banner.text()
     with qtbot.waitSignal(window.sig_models_changed, timeout=RUN_MS):
@@ -75,7 +76,7 @@ def test_a_stale_message_is_cleared_when_the_models_are_ready(qtbot, make_window
     gate.set()
     window.runs.factory = gated_factory(gate)
     with qtbot.waitSignal(window.sig_models_changed, timeout=RUN_MS):
-        window.load_models_async(dict(DEFAULT_REQUEST))
+        window.load_models_async(DEFAULT_REQUEST)
     assert not window.banner.isVisible()
     qtbot.waitUntil(lambda: not window.is_loading)
 
@@ -94,7 +95,7 @@ def test_a_typed_prompt_is_kept_and_other_models_get_no_bundled_hint(make_window
     window.set_engine(FakeEngine())
     assert window.controls.prompt_text == "keep me"
     other = make_window()
-    other.set_engine(FakeEngine(), dict(DEFAULT_REQUEST, target="org/model"))
+    other.set_engine(FakeEngine(), DEFAULT_REQUEST.with_changes(target="org/model"))
     assert other.controls.prompt_text == "" and not other.controls.model_hint.isVisible()
 
 
@@ -121,12 +122,12 @@ def test_a_refused_run_reaches_the_window_without_a_traceback(qtbot, caplog):
 
 
 def test_typing_a_target_switches_the_preset_to_custom(qtbot, store):
-    dialog = ModelDialog(current=dict(DEFAULT_REQUEST))
+    dialog = ModelDialog(current=DEFAULT_REQUEST)
     qtbot.addWidget(dialog)
     assert dialog.preset.currentData()[0] is None  # the bundled family
     qtbot.keyClicks(dialog.target, "Qwen/Qwen2.5-0.5B-Instruct")
     assert dialog.preset.currentData()[0] == CUSTOM
-    assert dialog.request()["target"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert dialog.request().target == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def test_the_drafter_list_shows_every_row_whole(make_window):
@@ -147,7 +148,7 @@ def test_closing_the_window_ends_the_engine_process_quickly(qtbot, store, tiny_l
     window.show()
     target, draft = tiny_llama
     with qtbot.waitSignal(window.sig_models_changed, timeout=LOAD_MS):
-        window.load_models_async(dict(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
+        window.load_models_async(LoadRequest(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
     qtbot.waitUntil(lambda: not window.is_loading)
     engine = window.engine
     started = time.perf_counter()

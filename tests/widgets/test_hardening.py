@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QSpinBox
 
 from app.engine.drafters.model_drafter import ModelDrafter
+from app.engine.load_request import LoadRequest
 from app.engine.settings import DecodeSettings
 from tests.engine.helpers import fail_on_call
 from tests.widgets.fakes import FakeEngine
@@ -100,7 +101,7 @@ def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real
 
 
 def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_window, monkeypatch):
-    import app.engine.loading as loading
+    import app.engine.loading.hub as hub
 
     window = real_window
     engine = window.engine
@@ -108,7 +109,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_windo
     def exhausted(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB")
 
-    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", exhausted)
+    monkeypatch.setattr(hub.AutoModelForCausalLM, "from_pretrained", exhausted)
     dialog = window.open_model_dialog()
     dialog.preset.setCurrentIndex(dialog.preset.count() - 1)
     dialog.target.setText(engine.summary.target_name)
@@ -178,7 +179,7 @@ def test_closing_while_models_load_returns_promptly_and_discards_the_result(qtbo
     monkeypatch.setattr(loading, "load_models", slow_load)
     window = make_window(FakeEngine())
     engine = window.engine
-    window.load_models_async(dict(target="slow", draft=None, device="cpu", dtype="auto"))
+    window.load_models_async(LoadRequest(target="slow", device="cpu"))
     qtbot.waitUntil(lambda: len(steps) >= 2, timeout=RUN_MS)
     started = time.monotonic()
     window.close()
@@ -204,7 +205,7 @@ def test_corrupted_settings_values_are_ignored_with_a_warning(qtbot, make_window
     store.sync()
     window = make_window(FakeEngine())
     assert window.live.get().k == DecodeSettings().k
-    assert window.model_request["target"] is None
+    assert window.model_request.target is None
     window.controls.prompt.setPlainText("still works")
     window.controls.max_tokens.setValue(5)
     run_to_end(qtbot, window)

@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.engine.engine import LocalEngine
+from app.engine.load_request import LoadRequest
 from app.settings_store import DEFAULT_REQUEST
 from app.widgets.status import _load_step
 from tests.widgets.fakes import FakeEngine
@@ -45,8 +46,8 @@ def fill_dialog(dialog) -> None:
 
 def assert_editable_with_entries(dialog) -> None:
     assert not dialog.loading and dialog.isVisible()
-    assert dialog.request() == dict(target="my-org/my-target", draft="my-org/my-drafter", device="cpu",
-                                    dtype="bfloat16", cache="static", compile=True)
+    assert dialog.request() == LoadRequest(target="my-org/my-target", draft="my-org/my-drafter", device="cpu",
+                                           dtype="bfloat16", cache="static", compile=True)
     for widget in (dialog.preset, dialog.target, dialog.draft, dialog.device, dialog.dtype, dialog.cache,
                    dialog.compile, dialog.load_button, dialog.close_button):
         assert widget.isEnabled() and widget.isVisible(), widget
@@ -155,7 +156,7 @@ def test_the_start_up_load_can_be_cancelled_from_the_status_bar(qtbot, make_wind
     window = make_window()  # nothing loaded yet: the bundled models load as the window opens
     load = GatedLoad()
     window.runs.factory = load
-    loader = window.load_models_async(dict(DEFAULT_REQUEST))
+    loader = window.load_models_async(DEFAULT_REQUEST)
     qtbot.waitUntil(lambda: window.status.cancel_load_button.isVisible(), timeout=RUN_MS)
     assert window.status.load_label.text() == "Loading demo/target"
     assert window.status.cancel_load_button.text() == "Cancel" and window.status.cancel_load_button.toolTip()
@@ -186,7 +187,7 @@ def test_a_dialog_cancel_between_compile_steps_keeps_the_models(qtbot, make_wind
     window.runs.factory = LocalEngine.load
     target, draft = tiny_llama
     dialog = window.open_model_dialog()
-    dialog.set_request(dict(DEFAULT_REQUEST, target=str(target), draft=str(draft), device="cpu", cache="static",
+    dialog.set_request(DEFAULT_REQUEST.with_changes(target=str(target), draft=str(draft), device="cpu", cache="static",
                             compile=True))
     dialog.load_button.click()
     loader = window.runs.loader
@@ -199,7 +200,7 @@ def test_a_dialog_cancel_between_compile_steps_keeps_the_models(qtbot, make_wind
         gate.set()
     deliver_queued_signals()
     assert compiled_calls == [1] and window.engine is engine
-    assert dialog.request()["target"] == str(target) and dialog.request()["compile"] is True
+    assert dialog.request().target == str(target) and dialog.request().compile is True
     dialog.close()
 
 
@@ -233,11 +234,11 @@ def test_the_dialog_opened_during_the_start_up_load_shows_it_and_can_cancel_it(q
     window = make_window()
     load = GatedLoad()
     window.runs.factory = load
-    loader = window.load_models_async(dict(DEFAULT_REQUEST, device="cpu"))
+    loader = window.load_models_async(DEFAULT_REQUEST.with_changes(device="cpu"))
     qtbot.waitUntil(lambda: window.status.load_bar.value() == 500, timeout=RUN_MS)
     first = window.open_model_dialog()
     assert first.loading and first.cancel_button.isVisible() and not first.load_button.isEnabled()
-    assert first.request()["device"] == "cpu"  # the request loading, not the one in use
+    assert first.request().device == "cpu"  # the request loading, not the one in use
     gone = []
     first.destroyed.connect(lambda: gone.append(True))
     second = window.open_model_dialog()  # replaces the first (deleted later), watching the same load
@@ -266,7 +267,8 @@ def test_a_cancelled_engine_process_load_ends_its_process_at_once(qtbot, store, 
     try:
         before = set(multiprocessing.active_children())
         target, draft = tiny_llama
-        loader = window.load_models_async(dict(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
+        loader = window.load_models_async(LoadRequest(target=str(target), draft=str(draft), device="cpu",
+                                                      dtype="float32"))
         qtbot.waitUntil(lambda: window.status.cancel_load_button.isVisible(), timeout=RUN_MS)
         qtbot.waitUntil(lambda: bool(set(multiprocessing.active_children()) - before), timeout=RUN_MS)  # it runs
         started = time.monotonic()

@@ -12,7 +12,7 @@ from tests.widgets.helpers import RUN_MS
 
 
 def dialog_of(qtbot, **request) -> ModelDialog:
-    dialog = ModelDialog(current=dict(DEFAULT_REQUEST, **request))
+    dialog = ModelDialog(current=DEFAULT_REQUEST.with_changes(**request))
     qtbot.addWidget(dialog)
     return dialog
 
@@ -76,4 +76,4 @@ def test_the_auto_compile_follows_the_cache_choice(qtbot):
 def test_a_remembered_compiled_choice_opens_with_the_matching_words(qtbot):
     dialog = dialog_of(qtbot, compile=True)
     assert dialog.cache.itemText(0) == "auto (static: compiling needs it)"
-    assert dialog.request()["cache"] is None and dialog.request()["compile"] is True
+    assert dialog.request().cache is None and dialog.request().compile is True

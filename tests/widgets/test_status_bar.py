@@ -116,3 +116,18 @@ def test_a_wide_window_shows_every_text_whole(qtbot, make_window):
     assert window.status.models_label.toolTip() == f"target: {TARGET}\ndraft: {DRAFT}"  # no cut text to add
     window.status.clearMessage()
     assert window.status.message_label.text() == ""
+
+
+def test_the_run_figures_say_what_a_pass_costs_and_mark_a_loop_that_is_no_small_share(qtbot):
+    from app.engine.events import RunningStats
+    from app.widgets.status import RunStatusBar
+
+    status = RunStatusBar()
+    qtbot.addWidget(status)
+    stats = RunningStats(alpha=0.8, tokens_per_pass=3.0, c=0.12, tokens_per_s=50.0, verify_cost=1.4, overhead=0.03)
+    status.show_run(50.0, 0.8, 10, 30, 0.7, stats)
+    assert status.passes_label.text() == "10 passes · 30 tokens · c 0.12 · v 1.40 · loop 3%"
+    status.show_run(50.0, 0.8, 10, 30, 0.7, dataclasses.replace(stats, overhead=0.31))
+    assert status.passes_label.text().endswith("loop 31%!")
+    status.show_run(50.0, 0.8, 10, 30)
+    assert status.passes_label.text() == "10 passes · 30 tokens"

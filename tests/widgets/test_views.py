@@ -97,7 +97,7 @@ def test_corrupted_settings_are_ignored(qtbot, make_window, store, caplog):
     store.sync()
     window = make_window(FakeEngine())
     assert window.live.get() == DecodeSettings().with_changes(**window.drafters.changes())
-    assert window.model_request["target"] is None
+    assert window.model_request.target is None
     assert sum("Saved settings ignored" in r.getMessage() for r in caplog.records) == 2
 
 

@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QDockWidget, QScrollArea, QTabBar
 
+from app.engine.load_request import LoadRequest
 from app.widgets.guide import GuidePanel
 from app.widgets.inspector import COL_VERDICT
 from tests.widgets.fakes import FAKE_SUMMARY, FakeEngine
@@ -153,7 +154,7 @@ def test_cancelled_load_names_the_models_as_the_status_bar_does(qtbot, make_wind
     window = make_window(engine)
     load = GatedLoad()
     window.runs.factory = load
-    loader = window.load_models_async({"target": "elsewhere"})
+    loader = window.load_models_async(LoadRequest(target="elsewhere"))
     assert loader is not None and window.cancel_load()
     assert "Load cancelled; still using demo/target." in window.banner.text()
     assert str(tmp_path) not in window.banner.text() and str(tmp_path) not in window.status.currentMessage()

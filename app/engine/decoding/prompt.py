@@ -1,0 +1,52 @@
+"""A prompt as token ids, checked before a generation starts: every refusal is a `SettingsError` or a
+`ContextTooLongError` whose message says what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.engine.errors import ContextTooLongError
+from app.engine.settings import DecodeSettings, SettingsError
+
+
+def encode_prompt(tokenizer, prompt: str, context_length: int, chat_template: bool = False) -> list[int]:
+    """The prompt's token ids (with the chat template's turn around it when asked); refuses an empty prompt,
+    text that is not valid Unicode and a prompt longer than the context."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SettingsError("the prompt is empty: type some text to continue")
+    _require_encodable(prompt)
+    if chat_template:
+        ids = _apply_chat_template(tokenizer, prompt)
+    else:
+        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    if len(ids) > context_length:
+        raise ContextTooLongError(f"the prompt has {len(ids)} tokens but the model's context holds "
+                                  f"{context_length}; shorten the prompt.")
+    return list(ids)
+
+
+def check_tree_budget(settings: DecodeSettings, prompt_tokens: int, context_length: int) -> None:
+    """Refuse a tree whose node budget cannot fit in what the context has left after the prompt."""
+    room = context_length - prompt_tokens
+    if settings.tree is not None and settings.tree > room:
+        raise SettingsError(f"the tree's node budget ({settings.tree}) is more than the context has left after "
+                            f"the prompt ({room} tokens): lower the budget or shorten the prompt")
+
+
+def _require_encodable(prompt: str) -> None:
+    """Refuse text the tokenizer cannot take: lone surrogates (e.g. undecodable bytes in a command line)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SettingsError(
+            f"the prompt holds characters that are not valid Unicode at position {exc.start} "
+            f"({prompt[exc.start:exc.end]!r}), e.g. bytes in another encoding than UTF-8: "
+            "remove them or save the text as UTF-8.") from None
+
+
+def _apply_chat_template(tokenizer, prompt: str) -> list[int]:
+    if not getattr(tokenizer, "chat_template", None):
+        raise SettingsError("this model's tokenizer has no chat template: switch the chat template option off")
+    out = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    return list(out["input_ids"] if isinstance(out, Mapping) else out)
