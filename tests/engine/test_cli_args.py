@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -233,7 +234,7 @@ def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
     asked = {}
 
     def capture(cls, request, *args, **kwargs):
-        asked.update(request)
+        asked.update(dataclasses.asdict(request))
         raise AssertionError("loaded")
 
     monkeypatch.setattr(LocalEngine, "load", classmethod(capture))
