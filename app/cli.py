@@ -348,6 +348,7 @@ def run_headless(args, fail=None) -> int:
         execution = execution_request(args)
     except SettingsError as exc:
         fail(str(exc))
+    check_prompt_fits_target(args)  # before the weights load: a too-long prompt is refused in a moment
     from app.engine.engine import LocalEngine
     from app.engine.events import EndEvent, NoticeEvent, to_json_line
     from app.engine.load_request import LoadRequest
@@ -371,6 +372,16 @@ def run_headless(args, fail=None) -> int:
         print(f"error: {end.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_prompt_fits_target(args) -> None:
+    """Tokenize the prompt with the target's tokenizer and refuse it (ContextTooLongError) when the target's
+    context cannot hold it; reads no weights."""
+    from app.engine.loading.context import check_prompt_before_loading
+    from app.engine.loading.load import DEMO_DIR, demo_manifest
+
+    target = args.target or str(DEMO_DIR / demo_manifest()["target"])
+    check_prompt_before_loading(target, args.prompt, args.chat_template)
 
 
 def _stdout_takes_unicode() -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QMessageBox,
+    QStackedWidget,
     QTabBar,
     QToolBar,
     QVBoxLayout,
@@ -32,12 +34,14 @@ from PySide6.QtWidgets import (
 
 from app.engine.engine import Engine, LocalEngine, ModelsSummary
 from app.engine.load_request import LoadRequest
+from app.engine.paths import heads_folder_problem, model_path_problem
 from app.engine.remote import EngineProcess
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings
 from app.runs import RunController
 from app.session import Session
 from app.settings_model import SettingsModel
 from app.settings_store import DEFAULT_REQUEST, SavedControls, SavedLayout, SavedState, SettingsStore
+from app.teaching.lesson import LessonRun, LessonStep
 from app.widgets import scrolled
 from app.widgets.acceptance_histogram import AcceptanceHistogramView, end_of_run_figures
 from app.widgets.asd_tradeoff import AsdTradeoffView
@@ -47,10 +51,13 @@ from app.widgets.drafter_panel import DrafterPanel
 from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
 from app.widgets.inspector import PassInspector
 from app.widgets.legend import TokenLegend
+from app.widgets.lesson import LessonPanel
 from app.widgets.model_dialog import ModelDialog
+from app.widgets.presentation import KEYS, TEXT_ONLY, PresentationPage
 from app.widgets.race import RaceView
 from app.widgets.speed import SpeedControl
 from app.widgets.status import RunStatusBar, short_model_name
+from app.widgets.theme import theme_hub
 from app.widgets.theory import TheoryExplorer
 from app.widgets.token_view import TokenView
 from app.worker import ModelLoadThread
@@ -64,6 +71,11 @@ EXPORTS = {
     "text": ("Export text", "Text (*.txt)"),
     "png": ("Export charts (PNG)", "PNG image (*.png)"),
 }
+CHARTS_SHARE_PERCENT = 52  # of a tall window's height
+SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
+TALL_WINDOW_PX = 900
+MIN_CHARTS_PX = 200
+SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -73,6 +85,15 @@ DEFAULT_PLACEHOLDER = "Type a prompt, then press Ctrl+Enter"
 FIRST_PROMPT = next(r.prompt for r in READY_PROMPTS if r.prompt.startswith("for i in range"))  # code they know
 QUEUED_MESSAGE = "The models are loading (progress in the status bar): your run starts as soon as they are ready."
 LOAD_HOW = "load some with File → Load models… (Ctrl+L)"
+PRESENTATION_KEY = "F11"
+SHORTCUTS = (
+    ("Ctrl+Enter", "generate"), ("Esc", "stop the run"), ("F10", "step: run one pass"), ("F5", "run on"),
+    ("F1", "the guide"), ("Ctrl+L", "load models"), ("Ctrl+Shift+C", "copy the generated text"),
+    (PRESENTATION_KEY, "presentation mode"), ("Ctrl+Q", "quit"),
+)
+ABOUT = ("<b>Speculative Decoding Playground</b><p>Watch a small drafter propose tokens and a large target "
+         "verify them in one forward pass: greedy, sampling (Leviathan et al. 2023, Chen et al. 2023) and ASD, "
+         "with nine drafters, token trees and the theory beside the measurements.</p>")
 
 
 class MainWindow(QMainWindow):
@@ -129,12 +150,22 @@ class MainWindow(QMainWindow):
         self.asd_view = AsdTradeoffView()
         self.asd_view.load()
         self.guide = GuidePanel()
-        central = QWidget()
-        column = QVBoxLayout(central)
+        self.lesson = LessonPanel()
+        self._lesson_step: LessonStep | None = None  # the lesson step whose run is going
+        normal = QWidget()
+        column = QVBoxLayout(normal)
         column.addWidget(self.legend)
         column.addWidget(self.banner)
         column.addWidget(self.token_view, 1)
-        self.setCentralWidget(central)
+        self.presentation = PresentationPage()
+        self.presentation.set_session(self.session)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(normal)
+        self.pages.addWidget(self.presentation)
+        self.setCentralWidget(self.pages)
+        self._normal_state: QByteArray | None = None  # the docks as they were before presentation mode
+        self._previous_run: list = []  # the shown run's events: put back when the next one fails before starting
+        self.confirm_quit = self._ask_quit  # asked before quitting during a run (tests answer it themselves)
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea | None = None,
               scroll: bool = True) -> QDockWidget:
@@ -159,9 +190,11 @@ class MainWindow(QMainWindow):
         self.race_dock = self._dock("Race", "raceDock", self.race_view)
         self.asd_dock = self._dock("ASD trade-off", "asdDock", self.asd_view, scroll=False)  # its side scrolls
         self.guide_dock = self._dock("Guide", "guideDock", self.guide, scroll=False)  # the browser scrolls and wraps
+        self.lesson_dock = self._dock("Lesson", "lessonDock", self.lesson)
         self._tabify(self.charts_dock, self.acceptance_dock, self.inspector_dock, self.theory_dock, self.race_dock,
                      self.asd_dock)
-        self._tabify(self.drafters_dock, self.guide_dock)
+        self._tabify(self.drafters_dock, self.guide_dock, self.lesson_dock)
+        self.lesson_dock.hide()  # Help → Guided lesson opens it
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -211,14 +244,14 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self.open_sweep_action = file_menu.addAction("Open ASD sweep…", self.asd_view.choose_file)
         file_menu.addSeparator()
-        file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.close)
+        file_menu.addAction("&Quit", QKeySequence.StandardKey.Quit, self.request_quit)
         edit_menu = self.menuBar().addMenu("&Edit")
         self.copy_text_action = edit_menu.addAction("Copy generated &text", self.copy_generated_text)
         self.copy_text_action.setShortcut(QKeySequence("Ctrl+Shift+C"))
         self.copy_text_action.setToolTip("The text generated so far, without the rejected drafts shown in the view")
         view_menu = self.menuBar().addMenu("&View")
         for dock in (self.controls_dock, self.drafters_dock, self.charts_dock, self.inspector_dock, self.theory_dock,
-                     self.race_dock, self.asd_dock, self.guide_dock):
+                     self.race_dock, self.asd_dock, self.guide_dock, self.lesson_dock):
             view_menu.addAction(dock.toggleViewAction())
         self.hide_rejected_action = QAction("Hide rejected drafts", self, checkable=True)
         self.hide_rejected_action.toggled.connect(self.legend.hide_rejected.setChecked)
@@ -229,8 +262,38 @@ class MainWindow(QMainWindow):
         self.classroom_action.setToolTip("Larger fonts in every panel and chart, for a projector")
         self.classroom_action.toggled.connect(self.set_classroom)
         view_menu.addAction(self.classroom_action)
+        self.pass_rows_action = QAction("&One pass per line", self, checkable=True, shortcut=QKeySequence("Ctrl+R"))
+        self.pass_rows_action.setToolTip("Each pass on its own line: accepted drafts, the rejected draft struck "
+                                         "through, then the correction or the bonus (Leviathan et al., Figure 1)")
+        self.pass_rows_action.toggled.connect(self.set_pass_rows)
+        view_menu.addAction(self.pass_rows_action)
+        self.presentation_action = QAction("&Presentation mode", self, checkable=True,
+                                           shortcut=QKeySequence(PRESENTATION_KEY))
+        self.presentation_action.setToolTip("One large stream and one large chart, high contrast, keyboard-driven")
+        self.presentation_action.toggled.connect(self.set_presentation)
+        view_menu.addAction(self.presentation_action)
+        self._build_presentation_keys()
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(self.guide_action)
+        self.lesson_action = help_menu.addAction("Guided &lesson", self.show_lesson)
+        help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
+        help_menu.addAction("&About", lambda: QMessageBox.about(self, "About", ABOUT))
+
+    def _build_presentation_keys(self) -> None:
+        """Keys that work only in presentation mode (they would steal typing in the prompt otherwise)."""
+        page = self.presentation
+        keys = [("Space", self.step), ("Left", lambda: self.move_pass(-1)), ("Right", lambda: self.move_pass(1)),
+                ("R", self.pass_rows_action.toggle), ("PgUp", lambda: page.step_view(-1)),
+                ("PgDown", lambda: page.step_view(1)), ("Esc", lambda: self.presentation_action.setChecked(False))]
+        keys += [(str(view), lambda _checked=False, view=view: page.show_view(view)) for view in range(page.view_count)]
+        self.presentation_keys: list[QAction] = []
+        for key, slot in keys:
+            action = QAction(key, self, shortcut=QKeySequence(key))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            action.triggered.connect(slot)
+            action.setEnabled(False)
+            self.addAction(action)
+            self.presentation_keys.append(action)
 
     def _connect(self) -> None:
         self.controls.sig_generate.connect(self.start_generation)
@@ -240,13 +303,20 @@ class MainWindow(QMainWindow):
         self.token_view.sig_pass_selected.connect(self.sig_pass_selected)
         self.sig_pass_selected.connect(self.inspector.show_pass)
         self.inspector.sig_pass_shown.connect(self.token_view.highlight_pass)  # previous / next move the highlight
-        self.sig_pass_selected.connect(lambda _index: (self.inspector_dock.show(), self.inspector_dock.raise_()))
+        self.sig_pass_selected.connect(self._show_inspector)
         self.session.sig_refresh.connect(self._inspect_stepped_pass)  # after the token view has drawn the pass
         self.race_view.sig_start_requested.connect(self.start_race)
         self.race_view.sig_stop_requested.connect(self.stop_race)
         self.guide.sig_use_prompt.connect(self.use_ready_prompt)
         self.guide.sig_race_prompt.connect(self.race_ready_prompt)
+        self.lesson.sig_run_step.connect(self.run_lesson_step)
+        self.session.sig_ended.connect(self._lesson_step_ended)
         self.legend.sig_hide_rejected.connect(self.token_view.set_hide_rejected)
+        self.legend.sig_hide_rejected.connect(self.presentation.stream.set_hide_rejected)
+        self.presentation.stream.sig_pass_selected.connect(self.sig_pass_selected)
+        self.inspector.sig_pass_shown.connect(self.presentation.stream.highlight_pass)
+        theme_hub().sig_changed.connect(self.presentation.apply_theme)
+        self.settings_model.sig_invalid.connect(self._show_active_drafter)  # emitted by every push (None: valid)
         self.legend.sig_hide_rejected.connect(self.hide_rejected_action.setChecked)
         self.session.sig_refresh.connect(self._show_progress)
         self.session.sig_ended.connect(self._on_ended)
@@ -267,6 +337,17 @@ class MainWindow(QMainWindow):
         self.asd_dock.visibilityChanged.connect(self._show_asd_knobs)  # settings applied without a change signal
         self.session.sig_ended.connect(lambda end: self.asd_view.show_run(end.asd, len(end.token_ids), end.passes))
 
+    def _show_inspector(self, _index: int = 0) -> None:
+        if not self.presenting:  # presentation mode keeps its two large views
+            self.inspector_dock.show()
+            self.inspector_dock.raise_()
+
+    def _show_active_drafter(self, *_args) -> None:
+        """The status bar's model label names the drafter the run uses now (the first of the chain)."""
+        if self.summary is not None:
+            drafters = self.settings_model.live.get().drafters
+            self.status.show_models(self.summary, drafters[0] if drafters else None)
+
     def _show_asd_knobs(self, *_args) -> None:
         self.asd_view.show_knobs(self.settings_model.live.get().asd)
 
@@ -283,6 +364,8 @@ class MainWindow(QMainWindow):
         self._describe_models()
         self.status.end_load_progress()
         self.status.show_models(engine.summary)
+        self._show_active_drafter()
+        self.controls.limit_max_tokens(engine.summary.context_length)
         self.hide_message()  # whatever was said before (loading, a failed run) is over
         self.status.showMessage(models_loaded_message(engine.summary.suggested_repetition if suggested else None),
                                 8000 if suggested else 4000)
@@ -311,8 +394,13 @@ class MainWindow(QMainWindow):
     def load_models_async(self, request: LoadRequest, watch=None) -> ModelLoadThread | None:
         """Load in a thread; on failure the current models stay. None if a load is already running.
 
-        `watch(thread)` is called before the thread starts, so even an instant failure reaches it.
+        `watch(thread)` is called before the thread starts, so even an instant failure reaches it. A folder that
+        does not exist is reported at once, with no load (and no progress bar) started.
         """
+        problem = request_path_problem(request)
+        if problem is not None and not self.is_loading:
+            self._on_load_failed(problem)
+            return None
         return self.runs.load(request, watch)
 
     @property
@@ -359,6 +447,11 @@ class MainWindow(QMainWindow):
     def _load_from_dialog(self, dialog: ModelDialog, request: LoadRequest) -> None:
         if self.is_busy:
             dialog.show_error("Stop the running generation or race before loading other models.")
+            return
+        problem = request_path_problem(request)
+        if problem is not None:  # said at once, with no progress bar for a load that cannot start
+            dialog.show_error(f"Could not load the models: {problem}")
+            self._on_load_failed(problem)
             return
         if self.load_models_async(request, watch=dialog.watch) is None:
             dialog.show_error("A load is already running: wait for it, or cancel it in the status bar.")
@@ -419,8 +512,10 @@ class MainWindow(QMainWindow):
         if self._ready_to_run() is None:
             return False
         self.hide_message()
+        self._previous_run = list(self.session.events)
         self.session.begin()
         self.token_view.clear_view()
+        self.presentation.stream.clear_view()
         self.controls.set_running(True)
         self.controls.show_paused(paused)
         self.load_action.setEnabled(False)
@@ -441,7 +536,8 @@ class MainWindow(QMainWindow):
         self._inspect_from = len(self.session.passes)
         self.runs.step()
         self.controls.show_paused(True)  # a step leaves the run paused
-        self.inspector_dock.raise_()
+        if not self.presenting:
+            self.inspector_dock.raise_()
 
     def run_on(self) -> None:
         """Continue a paused run to its end, or start one that does not pause."""
@@ -456,7 +552,23 @@ class MainWindow(QMainWindow):
         row = self._inspect_from
         if row is not None and len(self.session.passes) > row:
             self._inspect_from = None
-            self.token_view.select_pass(row)
+            self._stream().select_pass(row)
+
+    def _stream(self) -> TokenView:
+        return self.presentation.stream if self.presenting else self.token_view
+
+    def move_pass(self, delta: int) -> None:
+        """Select the previous (-1) or next (+1) pass in the stream and the inspector (the last one if none is)."""
+        passes = self.session.passes
+        if not passes:
+            return
+        shown = self.inspector.inspection
+        if shown is None:
+            row = len(passes) - 1
+        else:
+            row = next((r for r, event in enumerate(passes) if event.index == shown.event.index), len(passes) - 1)
+            row = max(0, min(len(passes) - 1, row + delta))
+        self._stream().select_pass(row)
 
     def _on_generation_finished(self) -> None:
         self.controls.set_running(False)
@@ -494,6 +606,55 @@ class MainWindow(QMainWindow):
         self.guide_dock.show()
         self.guide_dock.raise_()
 
+    # --- the guided lesson ---------------------------------------------------------------------------------
+    def show_lesson(self) -> None:
+        self.lesson_dock.show()
+        self.lesson_dock.raise_()
+
+    def run_lesson_step(self, step: LessonStep) -> bool:
+        """Run a lesson step on the loaded models (or reuse the run on view when it has the step's settings)."""
+        if self.is_busy or self.summary is None:
+            self.lesson.show_failure("Wait for the run to end (or the models to load), then run the step again.")
+            return False
+        changes = step.settings_changes(self.summary.available_drafters)
+        self.controls.max_tokens.setValue(changes.pop("max_new_tokens"))
+        if self.bundled_models:
+            self.controls.prompt.setPlainText(FIRST_PROMPT)
+        settings = self.settings_model.use(**changes)
+        self._lesson_step = step
+        start = self.session.start
+        if (settings is not None and start is not None and self.session.end is not None
+                and self.session.end.reason != "error" and start.settings == settings.to_dict()
+                and start.prompt_text == self.controls.prompt_text):
+            self._lesson_step_ended(self.session.end)  # the run on view is this step's run
+            return True
+        if not self.start_generation(paused=False):
+            self._lesson_step = None
+            self.lesson.show_failure(self.banner.text() or "The step could not start.")
+            return False
+        return True
+
+    def _lesson_step_ended(self, end) -> None:
+        step, self._lesson_step = self._lesson_step, None
+        if step is None:
+            return
+        if self.session.start is None or end.reason == "error":
+            self.lesson.show_failure(f"The step's run failed: {failure_text(end.error or '')}")
+            return
+        run = LessonRun(self.session.start.settings, tuple(self.session.passes), end)
+        explanation = self.lesson.show_result(step, run)
+        if explanation.pass_index is not None:
+            row = next((r for r, event in enumerate(self.session.passes) if event.index == explanation.pass_index),
+                       None)
+            if row is not None:
+                self._stream().select_pass(row)
+        views = {"inspector": self.inspector_dock, "theory": self.theory_dock, "charts": self.charts_dock,
+                 "asd": self.asd_dock}
+        if not self.presenting:
+            views[step.view].show()
+            views[step.view].raise_()
+        self.lesson_dock.raise_()
+
     def use_ready_prompt(self, ready: ReadyPrompt) -> None:
         """Put a ready prompt and its set-up (drafters this model family has) into the controls."""
         self.controls.prompt.setPlainText(ready.prompt)
@@ -507,12 +668,35 @@ class MainWindow(QMainWindow):
 
     def _on_ended(self, event) -> None:
         if event.reason == "error":
-            kind = f"{event.error_type}: " if event.error_type else ""
-            self.show_message(f"The generation failed — {kind}{event.error}. The text so far is kept.", error=True)
+            log.info("generation failed with %s", event.error_type)
+            before_start = self.session.start is None
+            kept = ("The previous output is kept." if before_start and self._previous_run
+                    else "The text generated so far is kept.")
+            self.show_message(f"The generation failed: {failure_text(event.error)} {kept}", error=True)
+            if before_start and self._previous_run:
+                QTimer.singleShot(0, self._restore_previous_run)  # once every slot has seen this end
         else:
             figures = end_of_run_figures(event.acceptance)
             self.status.showMessage(f"Finished: {event.reason.replace('_', ' ')} after {event.passes} passes"
                                     + (f"; {figures}" if figures else ""), 8000)
+
+    def _restore_previous_run(self) -> None:
+        """Show the run before a run that failed before its first event again, as it was."""
+        events, self._previous_run = self._previous_run, []
+        if self.is_generating or self.session.start is not None:
+            return  # a new run began meanwhile
+        banner = self.banner.text()
+        self.session.sig_ended.disconnect(self._on_ended)
+        try:
+            self.session.begin()
+            for event in events:
+                self.session.on_event(event)
+            self.session.flush()
+        finally:
+            self.session.sig_ended.connect(self._on_ended)
+        self._previous_run = events
+        self._show_progress()
+        self.show_message(banner, error=True)
 
     def _on_notice(self, notice) -> None:
         self.show_message(notice.message, error=notice.level != "info")
@@ -575,9 +759,69 @@ class MainWindow(QMainWindow):
         self._size_docks()
 
     def _size_docks(self) -> None:
-        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
-        self.resizeDocks([self.controls_dock, self.drafters_dock], [330, 380], horizontal)
-        self.resizeDocks([self.charts_dock], [max(380, self.height() * 12 // 25)], vertical)
+        """Side panels take a share of the width (the stream keeps at least about half of a 1024 px window),
+        the charts a share of the height."""
+        self._size_side_docks()
+        self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
+
+    def _size_side_docks(self) -> None:
+        """Each side panel a share of the width, but never less than its content needs (no sideways scrolling)."""
+        width = self.width()
+        room = SIDE_PANEL_FRAME_PX
+        prompt = max(_clamp(width * 22 // 100, 230, 360), self.controls.minimumSizeHint().width() + room)
+        drafters = _clamp(width * 25 // 100, 280, 420)
+        self.resizeDocks([self.controls_dock, self.drafters_dock], [prompt, drafters], Qt.Orientation.Horizontal)
+
+    def _charts_share(self) -> int:
+        """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
+        a small window keeps room for the prompt's buttons and the text."""
+        percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
+        return max(MIN_CHARTS_PX, self.height() * percent // 100)
+
+    # --- presentation mode -------------------------------------------------------------------------------
+    @property
+    def presenting(self) -> bool:
+        return self.pages.currentWidget() is self.presentation
+
+    def set_presentation(self, on: bool) -> None:
+        """One large stream and one large chart, high contrast, keys for everything (on); the docks back (off)."""
+        if on == self.presenting:
+            return
+        if on:
+            self._normal_state = self.saveState()
+            for dock in self.findChildren(QDockWidget):
+                dock.hide()
+            for bar in self.findChildren(QToolBar):
+                bar.hide()
+            self.pages.setCurrentWidget(self.presentation)
+        else:
+            self.pages.setCurrentIndex(0)
+            if self._normal_state is not None:
+                self._restore_dock_state(self._normal_state)
+            for bar in self.findChildren(QToolBar):
+                bar.show()
+        theme_hub().set_presentation(on)
+        for action in self.presentation_keys:
+            action.setEnabled(on)
+        if on:
+            self.presentation.show_view(self.presentation.view or TEXT_ONLY)
+            self.presentation.focus_stream()
+        self.presentation_action.setChecked(on)
+
+    def set_pass_rows(self, on: bool) -> None:
+        """One pass per line in both streams (on), or the flowing text (off)."""
+        self.token_view.set_pass_rows(on)
+        self.presentation.stream.set_pass_rows(on)
+        self.pass_rows_action.setChecked(on)
+
+    def show_shortcuts(self) -> QMessageBox:
+        rows = [*SHORTCUTS, ("", ""), *(("", "<b>In presentation mode</b>"),), *KEYS]
+        table = "".join(f"<tr><td><b>{key}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for key, what in rows)
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
+                          QMessageBox.StandardButton.Close, self)
+        box.setObjectName("shortcutsBox")
+        box.show()
+        return box
 
     def reset_layout(self) -> None:
         """Every dock back where it starts: shown, docked, tabbed, at its default size."""
@@ -598,6 +842,7 @@ class MainWindow(QMainWindow):
         self.setFont(font)
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
+        QTimer.singleShot(0, self._size_side_docks)  # larger text needs a wider prompt panel, once laid out
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
@@ -635,6 +880,8 @@ class MainWindow(QMainWindow):
         self.controls.chat_template.setChecked(controls.chat_template)
         self.legend.hide_rejected.setChecked(controls.hide_rejected)
         self.step_mode_action.setChecked(controls.step_mode)
+        self.speed.set_rate(controls.passes_per_s)
+        self.set_pass_rows(controls.pass_rows)
         if not controls.guide_seen:
             self.show_guide()  # first launch: the guide is the tour
 
@@ -642,8 +889,9 @@ class MainWindow(QMainWindow):
         controls = SavedControls(
             prompt=self.controls.prompt_text, chat_template=self.controls.chat_template.isChecked(),
             hide_rejected=self.legend.hide_rejected.isChecked(), step_mode=self.step_mode_action.isChecked(),
-            guide_seen=True)
-        self.store.save(SavedLayout(self.saveGeometry(), self.saveState()), self.model_request, self.live.get(),
+            guide_seen=True, passes_per_s=self.speed.rate, pass_rows=self.pass_rows_action.isChecked())
+        state = self._normal_state if self.presenting and self._normal_state is not None else self.saveState()
+        self.store.save(SavedLayout(self.saveGeometry(), state), self.model_request, self.live.get(),
                         controls)
 
     # --- shutdown --------------------------------------------------------------------------------------
@@ -654,17 +902,53 @@ class MainWindow(QMainWindow):
             self.engine.close()
 
     def resizeEvent(self, event) -> None:
-        """On a smaller screen the charts give back room to the text, down to their minimum (then they scroll)."""
+        """The charts grow and shrink with the window (their share of its height), so a larger window shows
+        all of them; below their minimum they scroll."""
         super().resizeEvent(event)
-        share = self.height() * 9 // 20
-        if self.charts_dock.height() > share and not self.charts_dock.isFloating():
-            self.resizeDocks([self.charts_dock], [share], Qt.Orientation.Vertical)
+        if event.oldSize().height() != event.size().height() and not self.charts_dock.isFloating():
+            self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
+        if event.oldSize().width() != event.size().width():
+            self._size_side_docks()
+
+    def _ask_quit(self) -> bool:
+        answer = QMessageBox.question(self, "Quit", "A run is in progress. Stop it and quit?",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def request_quit(self) -> bool:
+        """File → Quit (Ctrl+Q): during a run, ask first; True if the window closed."""
+        if self.is_busy and not self.confirm_quit():
+            return False
+        return self.close()
 
     def closeEvent(self, event) -> None:
+        # The window's close button asks as Quit does; a close from code (shutdown, tests) never asks.
+        if event.spontaneous() and self.is_busy and not self.confirm_quit():
+            event.ignore()
+            return
         self.hide()  # the window goes at once, even while a load finishes its current step
         self.shutdown()
         self.save_settings()
         super().closeEvent(event)
+
+
+def request_path_problem(request: LoadRequest) -> str | None:
+    """What is wrong with the model or heads folders a load request names, before anything loads (None: a hub id
+    or a folder that looks loadable)."""
+    for name in (request.target, request.draft):
+        if name and (problem := model_path_problem(name)) is not None:
+            return problem
+    return heads_folder_problem(request.heads) if request.heads else None
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def failure_text(error: str) -> str:
+    """An engine's failure message as one clause of the banner, ending in exactly one period."""
+    return (error.strip().rstrip(".") or "an unexpected error") + "."
 
 
 def _describe_setup(settings: DecodeSettings) -> str:

@@ -43,8 +43,8 @@ class SettingsModel(QObject):
         except SettingsError as error:
             self.sig_invalid.emit(str(error))
             return None
-        self.sig_invalid.emit(None)
         self.live.set(settings)
+        self.sig_invalid.emit(None)  # after the live value changed: listeners read the new one
         return settings
 
     def flush(self) -> DecodeSettings | None:

@@ -37,6 +37,8 @@ class SavedControls:
     hide_rejected: bool
     step_mode: bool
     guide_seen: bool
+    passes_per_s: float = 0.0  # the Speed control (0 = full speed)
+    pass_rows: bool = False  # the stream shows one pass per line
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,9 @@ class SettingsStore:
                              chat_template=_as_bool(value("controls/chat_template", False)),
                              hide_rejected=_as_bool(value("view/hide_rejected", False)),
                              step_mode=_as_bool(value("view/step_mode", False)),
-                             guide_seen=_as_bool(value("guide/seen", False)))
+                             guide_seen=_as_bool(value("guide/seen", False)),
+                             passes_per_s=max(0.0, float(str(value("view/passes_per_s", 0.0) or 0.0))),
+                             pass_rows=_as_bool(value("view/pass_rows", False)))
 
     # --- writing -------------------------------------------------------------------------------
     def save(self, layout: SavedLayout, model_request: LoadRequest, decode: DecodeSettings,
@@ -105,6 +109,8 @@ class SettingsStore:
         store.setValue("view/hide_rejected", controls.hide_rejected)
         store.setValue("view/step_mode", controls.step_mode)
         store.setValue("guide/seen", controls.guide_seen)
+        store.setValue("view/passes_per_s", controls.passes_per_s)
+        store.setValue("view/pass_rows", controls.pass_rows)
         store.sync()
 
 

@@ -2,7 +2,8 @@
 """Render the pictures in docs/ from real runs of the bundled models, at the two window sizes the project
 checks (1600x1000 and 1024x700): the main window after a fallback-chain run (the README shows the
 1600x1000 one), the pass inspector at a sampled rejection and at a token-tree pass, and the theory explorer after a
-draft-model run.
+draft-model run. For the classroom: the window in normal and in presentation mode at the four projector sizes
+(1024x768, 1366x768, 1600x1000, 1920x1080), and every step of the guided lesson at 1600x1000.
 
     python tools/docs_screenshots.py            # writes into docs/
     python tools/docs_screenshots.py --out DIR  # anywhere else, e.g. to compare before committing
@@ -16,12 +17,17 @@ import tempfile
 from pathlib import Path
 
 SIZES = ((1600, 1000), (1024, 700))
+CLASSROOM_SIZES = ((1024, 768), (1366, 768), (1600, 1000), (1920, 1080))
+LESSON_SIZE = (1600, 1000)
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+CLASSROOM = DOCS / "classroom"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DOCS, help="output folder (default: docs/)")
+    parser.add_argument("--only", choices=("all", "views", "classroom", "lesson"), default="all",
+                        help="render only some of the pictures")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,12 +38,25 @@ def main(argv: list[str] | None = None) -> int:
     app = qt_application()
     engine = LocalEngine.load(DEFAULT_REQUEST)
     args.out.mkdir(parents=True, exist_ok=True)
-    for width, height in SIZES:
-        for name, show in (("window", show_window), ("inspector", show_inspector), ("tree", show_tree),
-                           ("theory", show_theory)):
-            path = args.out / f"{name}-{width}x{height}.png"
-            render(app, engine, (width, height), show, path)
-            print(path)
+    classroom = args.out / CLASSROOM.name
+    classroom.mkdir(exist_ok=True)
+    jobs = []
+    if args.only in ("all", "views"):
+        jobs += [(args.out / f"{name}-{w}x{h}.png", (w, h), show) for w, h in SIZES
+                 for name, show in (("window", show_window), ("inspector", show_inspector), ("tree", show_tree),
+                                    ("theory", show_theory))]
+    if args.only in ("all", "classroom"):
+        jobs += [(classroom / f"{name}-{w}x{h}.png", (w, h), show) for w, h in CLASSROOM_SIZES
+                 for name, show in (("normal", show_normal), ("presentation", show_presentation))]
+        jobs.append((classroom / "presentation-rows-1600x1000.png", (1600, 1000), show_pass_rows))
+    if args.only in ("all", "lesson"):
+        from app.teaching.lesson import STEPS
+
+        jobs += [(classroom / f"lesson-{i + 1:02d}-{step.key}.png", LESSON_SIZE,
+                  lambda app, window, i=i: show_lesson_step(app, window, i)) for i, step in enumerate(STEPS)]
+    for path, size, show in jobs:
+        render(app, engine, size, show, path)
+        print(path)
     return 0
 
 
@@ -58,7 +77,7 @@ def render(app, engine, size: tuple[int, int], show, path: Path) -> None:
         window.set_engine(engine, DEFAULT_REQUEST)
         show(app, window)
         settle(app)
-        window.grab().save(str(path))
+        save_small(window.grab().toImage(), path)
         window.shutdown()
         window.close()
         window.deleteLater()
@@ -110,6 +129,69 @@ def show_theory(app, window) -> None:
     window.theory_dock.raise_()
     settle(app)
     window.theory.refresh()
+
+
+def show_normal(app, window) -> None:
+    """The normal layout after a draft-model run, one pass selected."""
+    from app.launch import run_to_end
+
+    ready_prompt(window, lambda r: r.drafters == ("draft-model",) and r.verify == "greedy", 96)
+    run_to_end(app, window)
+    window.token_view.select_pass(len(window.session.passes) // 2)
+    window.charts_dock.raise_()  # every chart in view
+    window.charts.refresh()
+
+
+def show_presentation(app, window) -> None:
+    """Presentation mode after a run whose drafter changed midway (the change marker), the α chart beside."""
+    from app.launch import run_to_end
+
+    ready_prompt(window, lambda r: r.drafters == ("draft-model",) and r.verify == "greedy", 96)
+    window.presentation_action.setChecked(True)
+    window.presentation.show_view(1)
+    run_to_end(app, window)
+    window.presentation.charts.refresh()
+    window.move_pass(0)
+
+
+def show_pass_rows(app, window) -> None:
+    """Presentation mode, one pass per line (Leviathan et al.'s Figure 1), beside tokens per pass."""
+    window.set_pass_rows(True)
+    show_presentation(app, window)
+    window.presentation.show_view(2)
+    window.presentation.charts.refresh()
+
+
+def show_lesson_step(app, window, index: int) -> None:
+    """The lesson with step `index` run (the steps before it too: a later step compares with their runs)."""
+    from PySide6.QtCore import QEventLoop
+
+    window.show_lesson()
+    for step in range(index + 1):
+        window.lesson.select(step)
+        loop = QEventLoop()
+        window.sig_run_finished.connect(loop.quit)
+        if window.run_lesson_step(window.lesson.step) and window.is_generating:
+            loop.exec()
+        window.sig_run_finished.disconnect(loop.quit)
+        settle(app, 100)
+    window.charts.refresh()
+    window.theory.refresh()
+
+
+def save_small(image, path: Path) -> None:
+    """A PNG of the picture's own 256 most frequent colours, without dithering: a fraction of the size, the
+    text as sharp, the token colours exact (anti-aliased edges take the nearest of them)."""
+    import numpy as np
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QImage
+
+    rgb = image.convertToFormat(QImage.Format.Format_RGB32)
+    pixels = np.frombuffer(rgb.constBits(), np.uint32, rgb.width() * rgb.height())
+    colours, counts = np.unique(pixels, return_counts=True)
+    table = [int(c) for c in colours[np.argsort(counts)[::-1][:256]]]
+    flags = Qt.ImageConversionFlag.ThresholdDither | Qt.ImageConversionFlag.AvoidDither
+    rgb.convertToFormat(QImage.Format.Format_Indexed8, table, flags).save(str(path), "PNG", 0)
 
 
 def settle(app, ms: int = 300) -> None:

@@ -41,6 +41,7 @@ from app.bench.methods import BenchPrompt, timed_generation
 from app.engine.core.fidelity import complete_statements, edit_distance, first_divergence, mean_log_prob, parses
 from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent
+from app.engine.hf_compat import versions
 from app.engine.loading import LoadedModels
 from app.engine.settings import AsdSettings, DecodeSettings
 
@@ -290,8 +291,9 @@ def table(result: SweepResult, markdown: bool = False) -> str:
 
 
 def to_json(result: SweepResult) -> str:
-    """Every point and the strict greedy reference; an unbounded B (and any infinity) is written as null."""
-    data = {"meta": result.meta, "strict": [asdict(s) for s in result.strict],
+    """Every point and the strict greedy reference, with the versions of torch and transformers; an unbounded B (and
+    any infinity) is written as null."""
+    data = {"meta": {**result.meta, **versions()}, "strict": [asdict(s) for s in result.strict],
             "points": [asdict(p) for p in result.points]}
     return json.dumps(_finite(data), indent=1)
 

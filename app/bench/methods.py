@@ -38,6 +38,7 @@ import torch
 from app.engine.core.stats import GenerationStats, predicted_speedup_of_passes
 from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, Event, PassEvent
+from app.engine.hf_compat import versions
 from app.engine.loading import LoadedModels
 from app.engine.runtime.devices import synchronize
 from app.engine.settings import DecodeSettings, RepetitionSettings
@@ -366,14 +367,12 @@ def plain_table(results: list[MethodResult]) -> str:
 
 
 def software_versions(device: torch.device) -> dict:
-    """What a figure was measured with: torch, transformers, the CUDA torch was built for (None without), and the
-    GPU's name on CUDA (None elsewhere); for every bench and device-check JSON."""
-    import transformers
-
+    """What a figure was measured with: torch and transformers (`versions`), the CUDA torch was built for (None
+    without), and the GPU's name on CUDA (None elsewhere); for every bench and device-check JSON."""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else None
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
-            "gpu": gpu}
+    return {**versions(), "cuda": torch.version.cuda, "gpu": gpu}
 
 
 def to_json(results: list[MethodResult], meta: dict) -> str:
-    return json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2)
+    """The results and `meta`, with the versions of torch and transformers that produced them."""
+    return json.dumps({"meta": {**meta, **versions()}, "results": [asdict(r) for r in results]}, indent=2)

@@ -378,15 +378,15 @@ def serve(conn, threads: int | None) -> None:
     until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
     import torch
-
-    # What loading any model imports (PreTrainedModel, generation, masking, losses; fast tokenizers): imported
-    # here, while the window starts and before it has said which models, instead of after.
-    import transformers.modeling_layers
-    import transformers.tokenization_utils_tokenizers  # noqa: F401
     from transformers.utils import logging as hf_logging
 
     from app.engine.decoding.decoder import SpeculativeDecoder
+    from app.engine.hf_compat import import_ahead
     from app.engine.loading import load_models
+
+    # What loading any model imports (PreTrainedModel, generation, masking, losses; fast tokenizers): imported
+    # here, while the window starts and before it has said which models, instead of after.
+    import_ahead()
 
     hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not
     torch.set_num_threads(threads or _threads_beside_a_window())

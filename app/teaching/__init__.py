@@ -1,2 +1,2 @@
-"""Teaching: the prose that explains a pass to a reader (`explain`), rebuilt from its event alone. No Qt: the
-inspector and the command line show it."""
+"""Teaching, written from real runs' events: the prose that explains a pass (`explain`) and the guided lesson
+(`lesson`). No Qt: the inspector, the lesson panel and the command line show it."""

@@ -347,6 +347,11 @@ class RunCharts(QWidget):
                 return columns
         return 1
 
+
+    @property
+    def plots(self) -> tuple[pg.PlotItem, ...]:
+        return self._plots
+
     def _reflow(self) -> None:
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""

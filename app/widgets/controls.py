@@ -68,8 +68,8 @@ class ControlsPanel(QWidget):
         self.pause_button.setCheckable(True)
         self.step_button = QPushButton("Step")
         self.step_button.setToolTip("Run exactly one more pass while paused")
-        self.max_tokens = spin_box(1, MAX_TOKENS_LIMIT, 128, "max new tokens")
-        self.seed = spin_box(0, 2**31 - 1, 0, "seed of the sampler")
+        self.max_tokens = spin_box(1, MAX_TOKENS_LIMIT, 128, "max new tokens", name="Max new tokens")
+        self.seed = spin_box(0, 2**31 - 1, 0, "seed of the sampler", name="Seed")
         self.chat_template = QCheckBox("Apply the chat template")
         self.chat_template.setToolTip(CHAT_TEMPLATE_TIP)
         self.model_hint = QLabel()
@@ -131,6 +131,11 @@ class ControlsPanel(QWidget):
         self.pause_button.setChecked(paused)
         self.pause_button.setText("Resume" if paused else "Pause")
         self.pause_button.blockSignals(False)
+
+    def limit_max_tokens(self, context_length: int) -> None:
+        """Max new tokens can be no more than the loaded model's context holds."""
+        self.max_tokens.setMaximum(max(1, min(MAX_TOKENS_LIMIT, context_length)))
+        self.max_tokens.setToolTip(f"max new tokens: at most {self.max_tokens.maximum()}, the model's context")
 
     def offer_chat_template(self, available: bool) -> None:
         """Enable the chat template option only for models that have one; otherwise say why it is off."""

@@ -33,10 +33,16 @@ from PySide6.QtWidgets import (
 
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_LABELS
 from app.engine.settings import MAX_K, MAX_TREE_NODES, DecodeSettings
-from app.widgets.fields import spin_box
+from app.widgets.fields import CheckedDoubleSpinBox, CheckedSpinBox, spin_box
 
 THROTTLE_MS = 120
-VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD (lossy, budgeted)"}
+VERIFY_LABELS = {"greedy": "Greedy", "sample": "Sampling", "asd": "ASD"}
+VERIFY_TIPS = {"greedy": "Keep a draft only if it is the target's most likely token: the target's own greedy text",
+               "sample": "Keep a draft with probability min(1, p/q), resample from the residual: the target's "
+                         "distribution exactly",
+               "asd": "Approximate Speculative Decoding: lossy, budgeted — accepts some mismatches, paid from a "
+                      "regret budget B"}
+ADAPTIVE_K_TIP = "Adaptive K: +2 when every draft was accepted, −1 otherwise, between its bounds"
 NAME_ROLE = Qt.ItemDataRole.UserRole
 REPETITION_PENALTY_TIP = ("Repetition penalty: the logits of tokens already in the text are divided by it (negative "
                           "ones multiplied), for target and drafter alike under every rule; 1.00 is off.")
@@ -73,6 +79,10 @@ class DrafterPanel(QWidget):
         for part in (self.chain_box, self.k_box, self.verify_box, self.error):
             column.addWidget(part)
         column.addStretch(1)
+        fields: list[CheckedSpinBox | CheckedDoubleSpinBox] = [*self.findChildren(CheckedSpinBox),
+                                                               *self.findChildren(CheckedDoubleSpinBox)]
+        for field in fields:
+            field.sig_range_error.connect(self.show_error)  # a number out of range is said, not silently replaced
         self._sync_enabled()
 
     # --- construction ------------------------------------------------------------
@@ -99,7 +109,8 @@ class DrafterPanel(QWidget):
     def _build_k(self) -> None:
         self.k_label = QLabel("K")
         self.k_spin, self.k_slider, row = self._spin_and_slider(self.k_label, (1, MAX_K), (1, 16), 1)
-        self.adaptive_k = QCheckBox("Adaptive K (+2 when all accepted, -1 otherwise)")
+        self.adaptive_k = QCheckBox("Adaptive K (+2 / −1)")
+        self.adaptive_k.setToolTip(ADAPTIVE_K_TIP)
         self.adaptive_k.toggled.connect(self._edited)
         self.tree = QCheckBox("Token tree")
         self.tree.setToolTip(TREE_TIP)
@@ -121,7 +132,7 @@ class DrafterPanel(QWidget):
     def _spin_and_slider(self, label: QLabel, spin_range: tuple[int, int], slider_range: tuple[int, int],
                          value: int) -> tuple[QSpinBox, QSlider, QHBoxLayout]:
         """A spin box over the whole range and a slider over its usual part, kept in step; edits apply live."""
-        spin = QSpinBox()
+        spin = CheckedSpinBox(label.text(), f"{label.text()}: {spin_range[0]} to {spin_range[1]}")
         spin.setRange(*spin_range)
         spin.setValue(value)
         slider = QSlider(Qt.Orientation.Horizontal)
@@ -146,7 +157,8 @@ class DrafterPanel(QWidget):
         self.rule_buttons = QButtonGroup(self)
         rules = QHBoxLayout()
         for rule, label in VERIFY_LABELS.items():
-            button = QRadioButton(label)
+            button = QRadioButton(label)  # short, so the three fit a narrow panel; the tip says the rest
+            button.setToolTip(VERIFY_TIPS[rule])
             button.setProperty("rule", rule)
             self.rule_buttons.addButton(button)
             rules.addWidget(button)
@@ -220,8 +232,8 @@ class DrafterPanel(QWidget):
         flags = Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsDragEnabled
         item.setFlags(flags | Qt.ItemFlag.ItemIsEnabled if enabled else flags)
         item.setCheckState(Qt.CheckState.Checked if checked and enabled else Qt.CheckState.Unchecked)
-        if not enabled:
-            item.setToolTip("Not available for the loaded models")
+        label = DRAFTER_LABELS.get(name, name)
+        item.setToolTip(label if enabled else f"{label}: not available for the loaded models")  # a cut label whole
         self.chain.addItem(item)
 
     def chain_order(self) -> list[str]:

@@ -189,6 +189,12 @@ SECTIONS = (
      "position, under sampling min(1, p/q) against the uniform draw u on a 0–1 strip (kept when the dot lies "
      "left of the mark) and the residual at a rejection with the replacement token outlined, the ASD checks, "
      "and a paragraph in words.</p>"),
+    ("In front of a class",
+     "<p><b>Help → Guided lesson</b> runs ten steps live on the loaded models, from what a draft is to ASD's "
+     "trade-off; each step's sentence is written from the pass it points at, which the window highlights. "
+     "<b>View → Presentation mode</b> (F11) shows one large text and one large chart: Space runs the next pass, "
+     "← / → walk the passes, 1–5 pick a chart, 0 the text alone, R one pass per line (View → One pass per line, "
+     "Ctrl+R, in the normal window). Help → Keyboard shortcuts lists every key.</p>"),
     ("The charts",
      "<ul><li><b>Acceptance α per pass</b>: accepted / tested positions (accepted + passes that ended in a "
      "rejection), the α of E(α, K), rolling and cumulative, per drafter; dotted, the acceptance rate accepted / "

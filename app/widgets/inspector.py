@@ -234,6 +234,9 @@ class AcceptStrip(QWidget):
                          f"u = {self.u:.3g} → {kept}")
 
 
+EMPTY_HEADER = "Click a token in the text (or Step a paused run) to inspect its pass."
+
+
 class PassInspector(QWidget):
     sig_pass_shown = Signal(int)  # index of the pass now shown (a click, a step, or previous / next)
 
@@ -246,7 +249,7 @@ class PassInspector(QWidget):
         self.next_button = QPushButton("Next pass ▶")
         self.previous_button.clicked.connect(self.show_previous)
         self.next_button.clicked.connect(self.show_next)
-        self.header = _wrapping_label("Click a token in the text (or Step a paused run) to inspect its pass.")
+        self.header = _wrapping_label(EMPTY_HEADER)
         self.block = _wrapping_label("")
         self.block.setTextFormat(Qt.TextFormat.RichText)
         self.tree_view = TreeView()  # tree passes only: every node, the accepted path and the appended token
@@ -324,7 +327,8 @@ class PassInspector(QWidget):
     # --- binding ------------------------------------------------------------------
     def set_session(self, session: RunView) -> None:
         self._session = session
-        session.sig_started.connect(lambda _event: self.clear())
+        session.sig_begun.connect(self.clear)  # a new run: nothing of the previous one stays
+        session.sig_refresh.connect(self._update_navigation)  # passes arrived: "Next pass" may lead somewhere now
 
     def set_token_text(self, token_text: Callable[[int], str]) -> None:
         """How to spell a token id (the tokenizer's decode); ids are shown as #id without it."""
@@ -332,6 +336,7 @@ class PassInspector(QWidget):
 
     def clear(self) -> None:
         self.inspection = None
+        self.header.setText(EMPTY_HEADER)
         self.table.setRowCount(0)
         self.block.setText("")
         self._show_tree(None)

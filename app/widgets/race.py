@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, QTimer, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, QSize, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
@@ -52,6 +52,7 @@ from app.widgets.chart_style import style_plot, style_view
 from app.widgets.theme import Theme, follow_theme
 
 TICK_MS = 33
+HEADLINE_SCALE = 1.4  # the race verdict against the panel's body text
 LANE_COLOURS = {PLAIN: "#7F7F7F", SPECULATIVE: "#0072B2"}
 DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", "#0072B2"
 LANE_TITLES = {PLAIN: "Plain autoregressive decoding (target only)", SPECULATIVE: "Speculative decoding"}
@@ -319,6 +320,18 @@ class RaceView(QWidget):
     sig_start_requested = Signal()  # the window starts a race with the current prompt and settings
     sig_stop_requested = Signal()
 
+    def _size_headline(self) -> None:
+        """The verdict in bold at HEADLINE_SCALE times the panel's text (a style sheet's percentage is ignored)."""
+        font = QFont(self.font())
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * HEADLINE_SCALE)
+        self.headline.setFont(font)
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange and hasattr(self, "headline"):  # the Classroom layout
+            self._size_headline()
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.timeline = RaceTimeline()
@@ -340,8 +353,8 @@ class RaceView(QWidget):
         self.setup.setWordWrap(True)
         self.headline = QLabel()
         self.headline.setObjectName("raceHeadline")
-        self.headline.setStyleSheet("font-weight: bold; font-size: 120%;")
         self.headline.setWordWrap(True)
+        self._size_headline()
         self.verdict = QLabel("Each lane has its own clock that counts only its own work: the two runs take turns "
                               "on this machine and are replayed here in real time.")
         self.verdict.setWordWrap(True)

@@ -24,6 +24,11 @@ class SpeedControl(QComboBox):
         self.currentIndexChanged.connect(lambda _index: self.sig_interval_changed.emit(self.interval_s))
 
     @property
+    def rate(self) -> float:
+        """Passes per second chosen (0 = full speed)."""
+        return float(self.currentData())
+
+    @property
     def interval_s(self) -> float:
         rate = float(self.currentData())
         return 0.0 if rate <= 0 else 1.0 / rate

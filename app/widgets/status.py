@@ -276,7 +276,8 @@ class RunStatusBar(QStatusBar):
             widget.show()
         self.line.relayout()
 
-    def show_models(self, models: ModelsSummary | None) -> None:
+    def show_models(self, models: ModelsSummary | None, drafter: str | None = None) -> None:
+        """The loaded models; with `drafter`, the drafter in use instead of the draft model's name."""
         if models is None:
             self.models_label.setText("no models")
             self.models_label.set_tip("")
@@ -284,7 +285,10 @@ class RunStatusBar(QStatusBar):
             self.line.relayout()
             return
         draft_name = models.draft_name
-        draft = f" ← {short_model_name(draft_name)}" if draft_name else ""
+        if drafter is not None and drafter != "draft-model":
+            draft = f" ← {drafter}"
+        else:
+            draft = f" ← {short_model_name(draft_name)}" if draft_name else ""
         self.models_label.setText(f"{short_model_name(models.target_name)}{draft}")
         self.models_label.set_tip(f"target: {models.target_name}" + (f"\ndraft: {draft_name}" if draft_name else ""),
                                   holds_text=True)

@@ -22,6 +22,8 @@ from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, REJECTED, RESAMPLE
 OUTCOME_PROPERTY = QTextFormat.Property.UserProperty + 1  # char format: the outcome name of a token's text
 CONTINUES_PROPERTY = QTextFormat.Property.UserProperty + 2  # block format: a paragraph split only for speed
 TREE_MARK_PROPERTY = QTextFormat.Property.UserProperty + 3  # char format: a pass's branch count, not text
+PASS_ROW_PROPERTY = QTextFormat.Property.UserProperty + 4  # block format: one pass per line, this row is a pass
+CHANGE_MARK_PROPERTY = QTextFormat.Property.UserProperty + 5  # char format: a change marker, not text
 PROMPT = "prompt"
 STYLE_NAMES = (PROMPT, ACCEPTED, REJECTED, RESAMPLED, BONUS, ASD_EXCEPTION, TARGET)
 

@@ -14,6 +14,13 @@ branch ends with a small grey count of its branches (" ⋔11"); it belongs to
 no token either, and is left out when the text is copied. The selected
 pass's highlight is laid again after each append, so it always ends where
 that pass ends.
+
+Two layouts: the flowing text, and one pass per line (the layout of
+Leviathan et al.'s Figure 1): each pass a row of its accepted drafts, the
+rejected draft struck through, then the correction or the bonus; a line
+break inside a token is then shown as ↵ so a pass never spans two rows.
+A change marker is muted and upright in a grey box, never in a token's
+colours, so it cannot be read as generated text.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ HARD_BLOCK = 2000
 # Marks a paragraph that only continues the one before it: copying joins them without a line break.
 CONTINUES = ts.CONTINUES_PROPERTY
 PARAGRAPH_SEPARATOR = "\u2029"  # how Qt's selectedText() separates paragraphs
-CHANGE_COLOUR = "#D55E00"  # the change markers, as in the charts
+MARKER_COLOURS = ("#4d5663", "#c3cad4", "#eef1f5", "#2a3038")  # change markers: text light, dark; box light, dark
 TREE_MARK = "⋔"  # before the branch count of a tree pass
+PARTIAL_TOKEN = "▯"  # one pass per line: a token that is only part of a character (its text comes later)
 
 
 class TokenView(QPlainTextEdit):
@@ -65,15 +73,11 @@ class TokenView(QPlainTextEdit):
         self._continuation = QTextBlockFormat()
         self._continuation.setProperty(CONTINUES, True)
         self._paragraph = QTextBlockFormat()  # a line break of the text itself
-        self._marker_format = QTextCharFormat()
-        self._marker_format.setForeground(QColor(CHANGE_COLOUR))
-        self._marker_format.setFontWeight(700)
-        self._marker_format.setToolTip("The drafter, K or verification rule changed here")
-        self._tree_format = QTextCharFormat()
-        self._tree_format.setProperty(ts.TREE_MARK_PROPERTY, True)
-        self._tree_format.setForeground(QColor("#a0a0a0"))
-        self._tree_format.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignSuperScript)
-        self._tree_format.setFontWeight(QFont.Weight.Normal)
+        self._pass_rows = False  # one pass per line
+        self._row_format = QTextBlockFormat()
+        self._row_format.setProperty(ts.PASS_ROW_PROPERTY, True)
+        self._marker_format = change_marker_format(ts.is_dark(self.palette()))
+        self._tree_format = tree_mark_format()
         self._clear_index()
 
     # --- data binding --------------------------------------------------------
@@ -112,6 +116,37 @@ class TokenView(QPlainTextEdit):
             self._hide_rejected = hide
             self.rebuild()
 
+    @property
+    def pass_rows(self) -> bool:
+        return self._pass_rows
+
+    def set_pass_rows(self, on: bool) -> None:
+        """One pass per line (True) or the flowing text (False)."""
+        if on != self._pass_rows:
+            self._pass_rows = on
+            self.rebuild()
+
+    def set_text_px(self, px: int) -> None:
+        """The stream's text size in pixels (presentation mode's large text)."""
+        font = QFont(self.font())
+        font.setPixelSize(px)
+        self.setFont(font)
+        self.document().setDefaultFont(font)
+
+    def style_of(self, name: str) -> QTextCharFormat:
+        """The character format of an outcome (ts.STYLE_NAMES) as drawn now."""
+        return QTextCharFormat(self._formats[name])
+
+    def rows(self) -> list[list[str]]:
+        """One pass per line: the outcome names of each pass row's fragments, in order (for tests)."""
+        rows = []
+        block = self.document().begin()
+        while block.isValid():
+            if block.blockFormat().boolProperty(ts.PASS_ROW_PROPERTY):
+                rows.append(_block_outcomes(block))
+            block = block.next()
+        return rows
+
     def rebuild(self) -> None:
         """Re-render the whole run (theme or ghost-text toggle changed)."""
         self.clear_view()
@@ -142,6 +177,8 @@ class TokenView(QPlainTextEdit):
             bar.setValue(bar.maximum())
 
     def _insert_pass(self, row: int, event: PassEvent) -> None:
+        if self._pass_rows:
+            self._cursor.insertBlock(self._row_format)
         kept = [(i, t) for i, t in enumerate(event.drafted) if t.outcome not in (REJECTED, CLIPPED)]
         for slot, token in kept:
             self._insert(row, slot, token.text, ts.ASD_EXCEPTION if token.outcome == ASD_EXCEPTION else ts.ACCEPTED)
@@ -171,6 +208,8 @@ class TokenView(QPlainTextEdit):
         self._cursor.insertText(text, char_format)
 
     def _insert(self, row: int, slot: int, text: str, style: str) -> None:
+        if not text and self._pass_rows:
+            text = PARTIAL_TOKEN  # a row shows every token of its pass, even a piece of a character
         if not text:
             return
         self._limit_block_length(text)
@@ -179,7 +218,11 @@ class TokenView(QPlainTextEdit):
         self._insert_text(text, self._formats.get(style, self._formats[ts.TARGET]))
 
     def _insert_text(self, text: str, char_format) -> None:
-        """Insert with the text's own line breaks as plain paragraphs (never inheriting a continuation mark)."""
+        """Insert with the text's own line breaks as plain paragraphs (never inheriting a continuation mark);
+        one pass per line shows them as ↵ after the prompt."""
+        if self._pass_rows and self._prompt_shown:
+            self._cursor.insertText(text.replace("\n", GHOST_NEWLINE), char_format)
+            return
         first, *lines = text.split("\n")
         self._cursor.insertText(first, char_format)
         for line in lines:
@@ -189,6 +232,8 @@ class TokenView(QPlainTextEdit):
     def _limit_block_length(self, text: str) -> None:
         """End a long paragraph before a token that starts a word (BPE tokens carry the leading space)."""
         length = self._cursor.positionInBlock()
+        if self._pass_rows:
+            return  # a row is one pass: short, and never split
         if length > HARD_BLOCK or (length > SOFT_BLOCK and text[:1] in (" ", "\t")):
             self._cursor.insertBlock(self._continuation)
 
@@ -358,7 +403,45 @@ class TokenView(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._formats = ts.make_formats(ts.is_dark(self.palette()))
+            self._marker_format = change_marker_format(ts.is_dark(self.palette()))
             self.rebuild()
+
+
+def tree_mark_format() -> QTextCharFormat:
+    """A tree pass's branch count: small grey superscript, no text."""
+    fmt = QTextCharFormat()
+    fmt.setProperty(ts.TREE_MARK_PROPERTY, True)
+    fmt.setForeground(QColor("#767676"))  # 4.5:1 on white
+    fmt.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignSuperScript)
+    fmt.setFontWeight(QFont.Weight.Normal)
+    return fmt
+
+
+def change_marker_format(dark: bool) -> QTextCharFormat:
+    """A change marker: muted grey, upright, normal weight, smaller, in a grey box: not a token's look."""
+    text_light, text_dark, box_light, box_dark = MARKER_COLOURS
+    fmt = QTextCharFormat()
+    fmt.setProperty(ts.CHANGE_MARK_PROPERTY, True)
+    fmt.setForeground(QColor(text_dark if dark else text_light))
+    fmt.setBackground(QColor(box_dark if dark else box_light))
+    fmt.setFontWeight(QFont.Weight.Normal)
+    fmt.setFontItalic(False)
+    fmt.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignMiddle)
+    fmt.setToolTip("Not generated text: the drafter, K or verification rule changed here")
+    return fmt
+
+
+def _block_outcomes(block) -> list[str]:
+    names = []
+    it = block.begin()
+    while not it.atEnd():
+        fragment = it.fragment()
+        if fragment.isValid():
+            name = ts.outcome_of(fragment.charFormat())
+            if name:
+                names.append(name)
+        it += 1
+    return names
 
 
 class _RowsView:
@@ -396,7 +479,7 @@ def tooltip_text(event: PassEvent, token: DraftedToken | AppendedToken) -> str:
     lines = [f"{shown} — {ts.LABELS.get(token.outcome, token.outcome)}",
              f"drafter {html.escape(str(event.drafter))} · pass {event.index} · verify {event.verify}",
              f"p(x) = {token.p:.4f} &nbsp; q(x) = {q}",
-             f"acceptance min(1, p/q) = {_acceptance(token):.4f}"]
+             _verdict_line(event, token)]
     if token.regret is not None:
         lines.append(f"ASD regret = {token.regret:.4f}")
     return "<br>".join(lines + tree)
@@ -407,6 +490,17 @@ def tree_text(event: PassEvent) -> str:
     tree = event.tree or ()
     return (f"token tree of pass {event.index}: {len(tree)} nodes, {branch_count(tree)} branches, "
             f"{tested_count(tree)} tested by the target, {len(event.path or ())} accepted")
+
+
+def _verdict_line(event: PassEvent, token: DraftedToken) -> str:
+    """Why the verifier decided as it did, in the rule's own terms: greedy compares with the target's argmax
+    (p/q plays no part); sampling keeps a draft when u <= min(1, p/q)."""
+    if event.verify != "greedy":
+        return f"acceptance min(1, p/q) = {_acceptance(token):.4f}"
+    if token.outcome == REJECTED:
+        return ("greedy: rejected because it is not the target's most likely token (argmax p) — "
+                "however high p(x) is, only the argmax is kept")
+    return "greedy: kept because it is the target's most likely token (argmax p)"
 
 
 def _acceptance(token: DraftedToken) -> float:

@@ -10,6 +10,7 @@ import torch
 
 from app.bench import methods as bench
 from app.engine.decoding.decoder import SpeculativeDecoder
+from app.engine.hf_compat import versions
 from app.engine.loading import load_models
 
 
@@ -88,6 +89,7 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
     assert "quick run" in printed.out and printed.err == ""  # no bar when asked for none
     data = json.loads(out.read_text())
     assert data["meta"]["quick"] is True and data["meta"]["repeats"] == 1
+    assert data["meta"]["transformers"] == versions()["transformers"] and data["meta"]["torch"] == torch.__version__
     assert len(data["meta"]["prompts"]) == bench.QUICK_PROMPTS
     import transformers
 
@@ -123,6 +125,7 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
     assert "rel tok/s" in capsys.readouterr().out
     data = json.loads(out.read_text())
     points, strict = data["points"], data["strict"]
+    assert data["meta"]["transformers"] == versions()["transformers"]
     assert {p["drafter"] for p in points} == {s["drafter"] for s in strict} == {"draft-model", "prompt-lookup"}
     assert len(points) == 2 * len(asd_sweep.grid((0.0, 8.0, math.inf), (0.25, 4.0), (2,))) == 2 * 5
     assert all(set(p) == {f.name for f in fields(asd_sweep.PointResult)} for p in points)

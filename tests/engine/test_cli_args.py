@@ -289,3 +289,17 @@ def test_a_familys_playground_json_suggests_its_repetition_controls(tmp_path, mo
     named = loading.load_models(str(tiny_llama[0]), device="cpu", dtype="float32")
     assert named.suggested_repetition == RepetitionSettings()
     assert loading.manifest_repetition({"no_repeat_ngram_size": 3}) == RepetitionSettings(1.0, 3)
+
+
+def test_run_refuses_a_too_long_prompt_before_loading_any_weights(monkeypatch, capsys):
+    from app.engine.engine import LocalEngine
+
+    def no_load(*_args, **_kwargs):
+        raise AssertionError("the models were loaded for a prompt that cannot fit")
+
+    monkeypatch.setattr(LocalEngine, "load", no_load)
+    prompt = "def f(x):\n    return x + 1\n" * 200  # far more tokens than the bundled target's 512 positions
+    assert cli.main(["run", "--prompt", prompt]) == 2
+    error = capsys.readouterr().err
+    assert "context holds 512" in error and "shorten the prompt" in error
+    assert "ContextTooLongError" not in error and ".." not in error

@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen2Config
 
+from app.engine.hf_compat import cache_arguments
 from app.engine.runtime.cached_model import CachedModel
 from app.engine.runtime.execution import Execution
 from app.engine.runtime.growing_cache import MIN_CAPACITY, GrowingLayer, growing_cache
@@ -28,8 +29,8 @@ def tokens(n: int, seed: int) -> torch.Tensor:
 def forward(model, cache, fed: torch.Tensor) -> torch.Tensor:
     start = cache.get_seq_length()
     with torch.inference_mode():
-        return model(input_ids=fed, position_ids=torch.arange(start, start + fed.shape[1])[None], cache=cache,
-                     use_cache=True).logits
+        return model(input_ids=fed, position_ids=torch.arange(start, start + fed.shape[1])[None], use_cache=True,
+                     **cache_arguments(model, cache)).logits
 
 
 @pytest.mark.parametrize(("arch", "attention"), [("llama", "sdpa"), ("qwen2", "eager")])

@@ -14,6 +14,7 @@ from transformers import (
     Qwen3Config,
 )
 
+from app.engine.hf_compat import cache_arguments
 from app.engine.runtime.cached_model import CachedModel, only_layers
 from app.engine.runtime.lean_forward import lean_forward
 
@@ -38,8 +39,8 @@ def both(model, lean, ours: DynamicCache, theirs: DynamicCache, fed: torch.Tenso
     positions = torch.arange(start, start + fed.shape[1])[None]
     with torch.inference_mode():
         mine = lean(fed, positions, ours, keep, hidden=True)
-        out = model(input_ids=fed, position_ids=positions, cache=theirs, use_cache=True, output_hidden_states=True,
-                    logits_to_keep=keep)
+        out = model(input_ids=fed, position_ids=positions, use_cache=True, output_hidden_states=True,
+                    logits_to_keep=keep, **cache_arguments(model, theirs))
     return mine, (out.logits, out.hidden_states)
 
 

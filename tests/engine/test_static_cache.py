@@ -161,7 +161,7 @@ def test_static_cache_after_random_rollbacks_and_trees_equals_a_recompute(arch):
             cached.crop(ids.numel() - 1)
         assert cached.length == int(cached.cache.get_seq_length()) == ids.numel() - 1
         assert torch.equal(cached.ids, ids[:-1])
-        capacities.add(cached.cache.get_max_length())
+        capacities.add(cached.cache.layers[0].keys.shape[-2])  # the buffers' capacity (any 5.x release)
     assert torch.allclose(cached.advance_to(ids)[-1], full_logits(model, ids)[-1], atol=1e-4)
     assert len(capacities) >= 2 and min(capacities) == MIN_CAPACITY  # it grew, keeping what it held
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from app.engine.hf_compat import versions
 from tools import device_check
 
 
@@ -43,9 +44,10 @@ def test_device_check_runs_every_section_at_tiny_size_on_cpu(tmp_path):
         assert shape["goals"]["fast_autoregressive_times_bound"] > 0
         assert shape["goals"]["fast_draft_model_vs_hf_assisted"] > 0
     assert report["meta"]["device"] == "cpu" and report["meta"]["tiny"] is True
+    assert report["meta"]["transformers"] == versions()["transformers"]
     assert report["meta"]["sections"] == device_check.section_names()
     assert report["meta"]["torch"] == torch.__version__ and report["meta"]["cuda"] == torch.version.cuda
-    assert report["meta"]["transformers"] and report["meta"]["gpu"] is None
+    assert report["meta"]["gpu"] is None
 
 
 def test_sections_run_in_order_within_the_budget_and_the_json_is_written_after_each(tmp_path, monkeypatch):

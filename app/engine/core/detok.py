@@ -43,28 +43,13 @@ def batch_decoder(tokenizer: PreTrainedTokenizerBase) -> Decode:
     For transformers' `TokenizersBackend`, when neither `batch_decode`, `decode` nor `_decode` is overridden,
     that call ends in the backend's own `decode` of each sequence: call it directly.
     """
-    backend = _plain_backend(tokenizer)
+    from app.engine.hf_compat import plain_tokenizers_backend  # imports transformers: only once a tokenizer exists
+
+    backend = plain_tokenizers_backend(tokenizer)
     if backend is not None:
         return lambda sequences: [backend.decode(ids, skip_special_tokens=False) for ids in sequences]
     return lambda sequences: tokenizer.batch_decode(sequences, skip_special_tokens=False,
                                                     clean_up_tokenization_spaces=False)
-
-
-def _plain_backend(tokenizer: PreTrainedTokenizerBase):
-    """The `tokenizers.Tokenizer` that batch_decode ends in, if nothing on the way is overridden; else None."""
-    try:
-        from tokenizers import Tokenizer
-        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-    except ImportError:
-        return None
-    kind = type(tokenizer)
-    plain = (isinstance(tokenizer, TokenizersBackend)
-             and kind._decode is TokenizersBackend._decode  # noqa: SLF001 - the step batch_decode ends in
-             and kind.decode is PreTrainedTokenizerBase.decode
-             and kind.batch_decode is PreTrainedTokenizerBase.batch_decode)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return backend if plain and isinstance(backend, Tokenizer) else None
 
 
 class StreamDetokenizer:

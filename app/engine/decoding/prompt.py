@@ -1,11 +1,10 @@
 """A prompt as token ids, checked before a generation starts: every refusal is a `SettingsError` or a
-`ContextTooLongError` whose message says what to change."""
+`ContextTooLongError` (app/engine/loading/context.py, shared with the command line) whose message says
+what to change."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from app.engine.errors import ContextTooLongError
+from app.engine.loading.context import check_prompt_fits, encode_prompt_ids
 from app.engine.settings import DecodeSettings, SettingsError
 
 
@@ -15,14 +14,9 @@ def encode_prompt(tokenizer, prompt: str, context_length: int, chat_template: bo
     if not isinstance(prompt, str) or not prompt.strip():
         raise SettingsError("the prompt is empty: type some text to continue")
     _require_encodable(prompt)
-    if chat_template:
-        ids = _apply_chat_template(tokenizer, prompt)
-    else:
-        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    if len(ids) > context_length:
-        raise ContextTooLongError(f"the prompt has {len(ids)} tokens but the model's context holds "
-                                  f"{context_length}; shorten the prompt.")
-    return list(ids)
+    ids = encode_prompt_ids(tokenizer, prompt, chat_template)
+    check_prompt_fits(len(ids), context_length)
+    return ids
 
 
 def check_tree_budget(settings: DecodeSettings, prompt_tokens: int, context_length: int) -> None:
@@ -42,11 +36,3 @@ def _require_encodable(prompt: str) -> None:
             f"the prompt holds characters that are not valid Unicode at position {exc.start} "
             f"({prompt[exc.start:exc.end]!r}), e.g. bytes in another encoding than UTF-8: "
             "remove them or save the text as UTF-8.") from None
-
-
-def _apply_chat_template(tokenizer, prompt: str) -> list[int]:
-    if not getattr(tokenizer, "chat_template", None):
-        raise SettingsError("this model's tokenizer has no chat template: switch the chat template option off")
-    out = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                        tokenize=True)
-    return list(out["input_ids"] if isinstance(out, Mapping) else out)

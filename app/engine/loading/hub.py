@@ -16,8 +16,7 @@ from app.engine.paths import looks_like_path
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    # What AutoModelForCausalLM.from_pretrained is declared to return: a PreTrainedModel that can also `generate`.
-    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
+    from app.engine.hf_compat import CausalLM
 
 
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
@@ -33,10 +32,33 @@ def _load_error(name: str, exc: Exception) -> ModelLoadError:
             f"{name!r} is not a loadable model folder ({type(exc).__name__}: {_first_line(exc)}). "
             "It needs config.json, the weights (*.safetensors) and the tokenizer files."
         )
+    hub = _hub_problem(name, exc)
+    if hub is not None:
+        return ModelLoadError(hub)
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     hint = ("the hub is switched off (HF_HUB_OFFLINE=1): use a model already in the local cache or a local folder"
             if offline else "check the id and your network, or give a local folder")
     return ModelLoadError(f"could not load {name!r} ({type(exc).__name__}: {_first_line(exc)}); {hint}.")
+
+
+def _hub_problem(name: str, exc: BaseException) -> str | None:
+    """A hub id that cannot be fetched, in plain words (no exception class names), or None."""
+    kinds = set()
+    current: BaseException | None = exc
+    while current is not None:
+        kinds.add(type(current).__name__)
+        current = current.__cause__ or current.__context__
+    if "RepositoryNotFoundError" in kinds:
+        return f"there is no model {name!r} on the Hugging Face hub (or it is private): check the id."
+    if "GatedRepoError" in kinds:
+        return f"{name!r} is gated on the hub: accept its licence on its page and log in with `hf auth login`."
+    if kinds & {"LocalEntryNotFoundError", "ConnectError", "ConnectionError", "OfflineModeIsEnabled"}:
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            return (f"{name!r} is not in the local model cache, and the hub is switched off (HF_HUB_OFFLINE=1): "
+                    "download it once with the hub on, or give a local folder.")
+        return (f"{name!r} is not in the local model cache and the hub cannot be reached (no network?): connect "
+                "and load it again, or give a local folder.")
+    return None
 
 
 def _is_damaged_weights(exc: BaseException) -> bool:

@@ -16,7 +16,7 @@ from app.engine.errors import IncompatibleTokenizerError, ModelLoadError
 from app.engine.loading.hub import fetch_from_hub, load_causal_lm, load_tokenizer
 from app.engine.loading.models import LoadedModels
 from app.engine.loading.warm_up import LOADING_SHARE, warm_up
-from app.engine.runtime.cached_model import find_layer_list
+from app.engine.runtime.cached_model import find_layer_list, forward_plan
 from app.engine.runtime.devices import resolve_device, resolve_dtype
 from app.engine.runtime.execution import resolve_execution, settle_execution
 from app.engine.settings import RepetitionSettings
@@ -125,6 +125,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
     report(0.55, f"loading {target}")
     target_model = load_causal_lm(target_files, torch_device, torch_dtype, device_map)
     settle_execution(execution, target_model)
+    forward_plan(target_model, execution, "target")  # probes this transformers' forwards (hf_compat.py)
     found = find_layer_list(target_model)
     draft_model = None
     if draft:
@@ -133,6 +134,7 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
         if not same_tokenizer_files(target_files, draft_files):  # a family's shared tokenizer is read once
             check_same_vocabulary(tokenizer, load_tokenizer(draft_files), target, draft)
         draft_model = load_causal_lm(draft_files, torch_device, torch_dtype)
+        forward_plan(draft_model, execution, "draft model")
     models = LoadedModels(target_model, tokenizer, target, torch_device, torch_dtype, draft=draft_model,
                           draft_name=draft or None, execution=execution, suggested_repetition=suggested,
                           default_exit_layer=exit_layer or max(1, (len(found[2]) if found else 0) // 2))

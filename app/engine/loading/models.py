@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from app.engine.drafters.registry import available_drafters
+from app.engine.loading.context import context_length_of
 from app.engine.runtime.cached_model import find_layer_list
 from app.engine.runtime.execution import Execution
 from app.engine.settings import RepetitionSettings
@@ -16,10 +17,8 @@ from app.engine.settings import RepetitionSettings
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    # What AutoModelForCausalLM.from_pretrained is declared to return: a PreTrainedModel that can also `generate`.
-    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
-
     from app.engine.drafters.heads.format import HeadSpec
+    from app.engine.hf_compat import CausalLM
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,12 +47,7 @@ class LoadedModels:
 
     @property
     def context_length(self) -> int:
-        config = self.target.config
-        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return 1 << 20
+        return context_length_of(self.target.config)
 
     @property
     def vocab_size(self) -> int:

@@ -15,7 +15,7 @@ from app.engine.runtime.devices import synchronize
 from app.engine.runtime.execution import fewest_rows, row_buckets
 
 if TYPE_CHECKING:
-    from transformers.models.auto.modeling_auto import _BaseModelWithGenerate as CausalLM
+    from app.engine.hf_compat import CausalLM
 
 # The share of a compiling load's progress bar that loading the weights takes; compiling takes the rest.
 LOADING_SHARE = 0.2

@@ -34,11 +34,11 @@ from types import MethodType
 
 import torch
 from torch import nn
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, StaticLayer
+from transformers import DynamicCache, DynamicLayer, StaticLayer
 
+from app.engine import hf_compat
 from app.engine.core.tree import TreeRows
-from app.engine.errors import is_out_of_memory
+from app.engine.errors import ModelLoadError, is_out_of_memory
 from app.engine.runtime.execution import (
     COMPILED_ROWS,
     Execution,
@@ -96,6 +96,19 @@ def only_layers(model, keep: Sequence[int] | nn.ModuleList | None):
         setattr(owner, attribute, layers)
 
 
+def forward_plan(model, execution: Execution, who: str) -> hf_compat.ForwardPlan:
+    """How `model`'s forwards run on this transformers: probed at its first call (at load), then remembered.
+
+    What fell back to the public forward is said in `execution`'s notices; a model that takes no KV cache on this
+    transformers is refused (ModelLoadError)."""
+    plan = hf_compat.probe(model, lean=lambda: lean_forward(model), growing=growing_cache)
+    if plan.cache_keyword is None:
+        raise ModelLoadError(f"{who}: " + "; ".join(plan.notes))
+    for note in plan.notes:
+        execution.note(f"{who}: {note}")
+    return plan
+
+
 class TreeAttentionUnsupported(RuntimeError):
     """The model cannot verify a token tree in one forward (no custom 4D masks, or a cache it cannot compact)."""
 
@@ -120,7 +133,9 @@ class CachedModel:
         self.feature_layers: tuple[int, ...] = ()
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.execution = execution or Execution()
-        self._lean = lean_forward(model) if self.execution.lean else None  # chains on the dynamic cache
+        self._plan = forward_plan(model, self.execution, role)
+        # Chains on the dynamic cache, where the probe found the lean forward exact on this transformers.
+        self._lean = lean_forward(model) if self.execution.lean and self._plan.lean else None
         problem = static_problem(model) if self.execution.cache == "static" else None
         if problem is not None:
             self.execution.note(f"{problem}: the {role} keeps the dynamic cache")
@@ -153,7 +168,7 @@ class CachedModel:
         self._tail = TreeRows()
 
     def _new_dynamic_cache(self) -> DynamicCache:
-        return growing_cache() if self.execution.growing else DynamicCache()
+        return growing_cache() if self.execution.growing and self._plan.growing else DynamicCache()
 
     def keep_features(self, layers: Iterable[int]) -> None:
         """Also keep these hidden states (indices into HF `hidden_states`, 0 = embeddings) for every cached token.
@@ -183,7 +198,7 @@ class CachedModel:
             self.features = [f[:length] for f in self.features]
             self._static.seek(length)
             return
-        if length == 0 or not self.cache.is_croppable:
+        if length == 0 or not hf_compat.croppable(self.cache):
             kept = self.ids[:length]
             self.reset()
             if length:
@@ -236,8 +251,8 @@ class CachedModel:
             mask = {"attention_mask": additive.to(self.device)[None, None]}  # (1, 1, T, S)
         head = {"logits_to_keep": keep} if keep and self._keeps_logits else {}
         with torch.inference_mode(), only_layers(self.model, self._subset):
-            out = self.model(input_ids=tokens.to(self.device)[None], position_ids=positions[None], cache=self.cache,
-                             use_cache=True, output_hidden_states=hidden, **mask, **head)
+            out = self.model(input_ids=tokens.to(self.device)[None], position_ids=positions[None], use_cache=True,
+                             output_hidden_states=hidden, **self._plan.cache_arguments(self.cache), **mask, **head)
         return out.logits[0].float(), tuple(h[0] for h in out.hidden_states) if hidden else ()
 
     def _static_forward(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None,
@@ -285,8 +300,8 @@ class CachedModel:
               keep: int = 0):
         """One forward on the static cache (the logits of the last `keep` rows only, 0: all): what is compiled."""
         head = {"logits_to_keep": keep} if keep else {}
-        return self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=self.cache,
-                          use_cache=True, output_hidden_states=hidden, **head)
+        return self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                          output_hidden_states=hidden, **self._plan.cache_arguments(self.cache), **head)
 
     def _run_compiled(self, inputs: tuple):
         """The compiled forward's output, or None when compiling or capturing failed (then never tried again)."""
@@ -407,7 +422,7 @@ class CachedModel:
 
     def tree_problem(self) -> str | None:
         """Why this model cannot verify a token tree in one forward, or None when it can."""
-        implementation = getattr(self.model.config, "_attn_implementation", None)
+        implementation = hf_compat.attention_implementation(self.model)
         if implementation not in (None, "eager", "sdpa"):
             return (f"token trees need custom attention masks, which this model's {implementation} attention "
                     "does not take (load it with sdpa or eager attention)")

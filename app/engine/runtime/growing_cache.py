@@ -17,8 +17,9 @@ Notation: keys and values are (B, heads, L, d), L tokens cached; a forward appen
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers import DynamicCache, DynamicLayer
+
+from app.engine.hf_compat import allocate_like, replicating_cache
 
 MIN_CAPACITY = 64  # tokens a layer's first buffer holds
 
@@ -26,16 +27,14 @@ MIN_CAPACITY = 64  # tokens a layer's first buffer holds
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are the first L entries of buffers of capacity C >= L."""
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self.key_buffer: torch.Tensor | None = None  # (B, heads, C, d)
-        self.value_buffer: torch.Tensor | None = None
+    key_buffer: torch.Tensor | None = None  # (B, heads, C, d), allocated by the first append
+    value_buffer: torch.Tensor | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """Append key and value states (B, heads, T, d); the keys and values of all L + T tokens."""
         if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
+            allocate_like(self, key_states, value_states)
         old = self.get_seq_length()
         new = old + key_states.shape[-2]
         if not self._holds_views() or new > self.capacity:
@@ -75,6 +74,4 @@ def _buffer(states: torch.Tensor, cached: torch.Tensor | None, length: int, capa
 
 def growing_cache() -> DynamicCache:
     """A `DynamicCache` whose layers, created as the model first writes them, are `GrowingLayer`s."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = GrowingLayer
-    return cache
+    return replicating_cache(GrowingLayer)

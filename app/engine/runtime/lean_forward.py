@@ -11,7 +11,9 @@ arithmetic is the same, and so are the logits, the hidden states and the cache i
 (tests/engine/test_lean_forward.py, per model type). It is offered only where that holds by construction:
 transformers' own Llama, Qwen2 and Qwen3 classes, with SDPA attention, full attention in every layer (a
 sliding window needs another mask), no logit scaling, and no device map; every other model keeps its
-`forward`, and so do tree forwards (their masks are built by the caller).
+`forward`, and so do tree forwards (their masks are built by the caller). What it calls below transformers'
+public API (the mask, the decoder-layer call) goes through hf_compat.py, whose probe at load compares it with
+the model's forward and keeps the forward where they differ (another transformers release).
 
 Notation: T tokens fed after the cache, hidden size H, vocabulary V.
 """
@@ -24,7 +26,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.masking_utils import create_causal_mask
+
+from app.engine.hf_compat import attention_implementation, causal_mask, run_decoder_layer
 
 LEAN_CLASSES = frozenset({
     "transformers.models.llama.modeling_llama.LlamaForCausalLM",
@@ -48,13 +51,11 @@ class LeanForward:
         with `hidden` the hidden states as the forward's `output_hidden_states` gives them: the embeddings, each
         layer's output, the last one after the final norm; each (1, T, H)."""
         embeds = self.body.embed_tokens(tokens)  # (1, T, H)
-        mask = None if tokens.shape[1] == 1 else create_causal_mask(
-            config=self.body.config, inputs_embeds=embeds, attention_mask=None, cache=cache, position_ids=positions)
+        mask = None if tokens.shape[1] == 1 else causal_mask(self.body.config, embeds, cache, positions)
         rope = self.body.rotary_emb(embeds, positions)
         states = [embeds]
         for layer in islice(self.body.layers, self.depth):  # the list in place now: a layer-skip subset too
-            states.append(layer(states[-1], attention_mask=mask, position_embeddings=rope, position_ids=positions,
-                                cache=cache, use_cache=True))
+            states.append(run_decoder_layer(layer, states[-1], mask, rope, positions, cache))
         last = self.body.norm(states[-1])  # (1, T, H)
         logits = self.head(last[:, -keep:] if keep else last)
         if not hidden:
@@ -69,7 +70,7 @@ def lean_forward(model) -> LeanForward | None:
     if f"{kind.__module__}.{kind.__qualname__}" not in LEAN_CLASSES or hasattr(model, "hf_device_map"):
         return None
     config = model.config
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    if attention_implementation(model) != "sdpa":
         return None
     if any(layer_type != "full_attention" for layer_type in getattr(config, "layer_types", None) or ()):
         return None

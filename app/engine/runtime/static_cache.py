@@ -1,7 +1,7 @@
 """A static KV cache whose rollback is a write position (docs/ALGORITHMS.md §2).
 
 Transformers' `StaticCache` holds each layer's keys and values in buffers of a fixed capacity, written at the
-layer's `cumulative_length`. Here that position is set by the owner (`CachedModel`) before every forward:
+layer's write position (hf_compat.py). Here that position is set by the owner (`CachedModel`) before every forward:
 rolling back after rejected drafts is setting it lower, and the rejected entries are overwritten by the next
 pass. Attention then runs over the whole capacity, so the owner passes a 4D mask that shows each row the
 slots it may see: the cached sequence up to its own position (a chain), or the sequence and its tree
@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-from transformers import StaticCache
-from transformers.cache_utils import StaticLayer
+from transformers import StaticCache, StaticLayer
+
+from app.engine.hf_compat import allocate_like, attention_implementation, set_write_position, static_hooks_problem
 
 MIN_CAPACITY = 64
 # The most slots a compiled model's cache starts with: the contexts of small models, a few thousand tokens of
@@ -31,14 +32,14 @@ MASKED_ATTENTION = (None, "eager", "sdpa")  # implementations that take a custom
 
 def static_problem(model) -> str | None:
     """Why `model` cannot run on this static cache, or None when it can."""
-    implementation = getattr(model.config, "_attn_implementation", None)
+    implementation = attention_implementation(model)
     if implementation not in MASKED_ATTENTION:
         return (f"the static cache needs custom attention masks, which this model's {implementation} attention "
                 "does not take (load it with sdpa or eager attention)")
-    try:
-        layers = StaticCache(config=model.config, max_cache_len=1).layers
-    except Exception as exc:  # noqa: BLE001 - a configuration transformers cannot build a static cache for
-        return f"transformers builds no static cache for this model ({type(exc).__name__}: {exc})"
+    problem = static_hooks_problem(model.config)
+    if problem is not None:
+        return problem
+    layers = StaticCache(config=model.config, max_cache_len=1).layers
     if not layers or any(type(layer) is not StaticLayer for layer in layers):
         return ("the static cache rolls back by its write position, which needs full-attention layers, and this "
                 "model has sliding-window or recurrent ones")
@@ -77,7 +78,7 @@ class StaticKV:
                 for old, new in zip(self.all_layers(), _static_layers(grown), strict=True):
                     if old.is_initialized:
                         assert old.keys is not None and old.values is not None, "allocated when initialised"
-                        new.lazy_initialization(old.keys[..., :0, :], old.values[..., :0, :])  # same shapes
+                        allocate_like(new, old.keys[..., :0, :], old.values[..., :0, :])  # same shapes
                         assert new.keys is not None and new.values is not None, "allocated when initialised"
                         new.keys[..., :kept, :] = old.keys[..., :kept, :]
                         new.values[..., :kept, :] = old.values[..., :kept, :]
@@ -88,7 +89,7 @@ class StaticKV:
         """The next forward writes its rows from slot `position` on."""
         with torch.inference_mode():
             for layer in self.all_layers():
-                layer.cumulative_length.fill_(position)
+                set_write_position(layer, position)
 
     @property
     def allocated(self) -> bool:

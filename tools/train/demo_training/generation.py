@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from app.engine.core.repetition import RepetitionSettings, process_rows
+from app.engine.hf_compat import cache_arguments, output_cache
 
 from .checkpoint import atomic_torch_save, load_if_exists
 from .data import spread_blocks
@@ -58,7 +59,7 @@ def continue_rows(target, tokens: torch.Tensor, length: int, generator: torch.Ge
             probs = torch.softmax(logits / SAMPLING_TEMPERATURE, -1)
             following = torch.multinomial(probs, 1, generator=generator)
         tokens = torch.cat([tokens, following], dim=1)
-        step = target(input_ids=following, cache=step.cache, use_cache=True)
+        step = target(input_ids=following, use_cache=True, **cache_arguments(target, output_cache(step)))
     return tokens
 
 

@@ -27,6 +27,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 from transformers import DynamicCache
 
+from app.engine.hf_compat import cache_arguments
+
 from .config import ModelShape, StageSchedule, quick_config
 from .loop import make_optimizer
 from .models import build_model, llama_config, parameter_count
@@ -75,12 +77,12 @@ def forward_milliseconds(shape: ModelShape, vocab: int, context: int, new_tokens
     """Minimum and median ms of one cached forward of ``new_tokens`` after ``context`` tokens."""
     model = build_model(llama_config(shape, vocab, 1024, 0), seed=0).eval()
     cache = DynamicCache()
-    model(input_ids=torch.randint(1, vocab, (1, context)), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.randint(1, vocab, (1, context)), use_cache=True, **cache_arguments(model, cache))
     step = torch.randint(1, vocab, (1, new_tokens))
     timings = []
     for _ in range(repeats):
         started = time.perf_counter()
-        model(input_ids=step, past_key_values=cache, use_cache=True)
+        model(input_ids=step, use_cache=True, **cache_arguments(model, cache))
         timings.append(1000 * (time.perf_counter() - started))
         cache.crop(-new_tokens)
     return {"min": round(min(timings[2:]), 2), "median": round(statistics.median(timings[2:]), 2)}
