@@ -461,7 +461,8 @@ def run_bench(args, fail=None) -> int:
                 "quick": args.quick,
                 "repetition": {"penalty": repetition.penalty, "no_repeat_ngram": repetition.no_repeat_ngram},
                 "prompts": [p.name for p in prompts], "threads": torch.get_num_threads(),
-                "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+                "machine": platform.platform(), "processor": platform.processor(),
+                **bench.software_versions(models.device)}
         with open(args.json_path, "w") as out:
             out.write(bench.to_json(results, meta))
     return 0
@@ -541,7 +542,8 @@ def run_asd_sweep(args, prompts, fail) -> int:
                    "prompts": [p.name for p in prompts], "max_new_tokens": [p.max_new_tokens for p in prompts],
                    "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - started, 1),
                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-                   "machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
+                   "machine": platform.platform(), "processor": platform.processor(),
+                   **bench.software_versions(models.device)}
     if quick:
         print(f"quick run (--quick): {len(prompts)} prompts cut to {bench.QUICK_MAX_NEW_TOKENS} new tokens, "
               f"{repeats} repeat(s), {len(points)} points; rough figures, run without --quick to measure")

@@ -1,5 +1,6 @@
 import multiprocessing
 import os
+import tempfile
 import threading
 
 import pytest
@@ -9,6 +10,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# Compiling loads keep their caches in a scratch folder, never in the user cache folder.
+os.environ.setdefault("SPEC_PLAYGROUND_CACHE", tempfile.mkdtemp(prefix="playground-cache-"))
 # Tiny models run fastest on one thread, and a shared machine punishes oversubscription.
 torch.set_num_threads(1)
 

@@ -1,30 +1,43 @@
 #!/usr/bin/env python3
 """One command that checks the engine on an accelerator and times real-sized stand-ins, writing JSON.
 
-    python tools/device_check.py --out /tmp/device-check                  # CUDA, real sizes: 8 minutes + compiles
+    python tools/device_check.py --out /tmp/device-check --budget 540     # CUDA, real sizes, fits a 10-minute slot
+    python tools/device_check.py --out /tmp/dc --sections profile,timing:llama3.1-8b
     python tools/device_check.py --out /tmp/dc --device cpu --tiny        # the whole script at tiny sizes
     python tools/device_check.py --out DIR --hbm-gbps 3350                # another GPU's memory bandwidth
 
 Installs nothing: it needs what the project declares (torch, transformers, tokenizers; scipy from the test
-extra). Every model is built offline with random weights (tests/fixtures). Sections, each written to
-DIR/device_check.json as soon as it ends (a later failure or a timeout keeps the earlier ones):
+extra). Every model is built offline with random weights (tests/fixtures). Sections run in this order,
+correctness first, each written to DIR/device_check.json as soon as it ends (a later failure or a timeout keeps
+the earlier ones); `--sections` chooses some (`timing` is every timing shape), and `--budget SECONDS` skips a
+section whose estimated time (SECTION_SECONDS, measured on an H200) no longer fits in what is left, saying so
+under `skipped`:
 
-- checks: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on several
-  architectures; a divergence is classified as a numerical tie or a real mismatch, app/engine/core/identity.py);
-  chi-square losslessness of speculative sampling (the first two sampled tokens against the target's exact
-  joint distribution); ASD on the device against the same run on the CPU; the KV cache after random
-  rollbacks against a full recompute.
-- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/measure/half_precision.py).
-- timing: the Qwen2.5-0.5B and Llama-3.2-1B shapes (tests/fixtures/real_shapes.py) in the device's dtype,
-  ours autoregressive, with prompt lookup and with a draft model (a 2-layer stand-in of the same
-  vocabulary), each eager on the dynamic cache and on the fast path (app/engine/runtime/execution.py: the static
-  cache, compiled with CUDA graphs on CUDA; on the CPU the static cache alone, as compiling is off there by
-  default), beside `model.generate` without and with `assistant_model`, and `model.generate` with its own
-  static cache, eager and (on CUDA) compiled: ms per token, the warm-up (compiles) apart, and the
-  memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth, `--hbm-gbps`, 4800 GB/s for
+- greedy_identity: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on
+  several architectures; a divergence is classified as a numerical tie or a real mismatch,
+  app/engine/core/identity.py).
+- chi_square: chi-square losslessness of speculative sampling (the first two sampled tokens against the
+  target's exact joint distribution).
+- asd_against_cpu: ASD on the device against the same run on the CPU.
+- cache_against_recompute: the KV cache after random rollbacks against a full recompute.
+- profile: torch.profiler's key averages (sorted by self CPU time, and by CUDA time on CUDA) of one fast-path
+  autoregressive and one fast-path draft-model generation at the Qwen2.5-0.5B shape, written as text beside
+  the JSON (profile_<method>.txt), with the counts per token of synchronisations, CUDA graph launches and
+  kernel launches outside graphs.
+- timing:<shape>: the Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.1-8B shapes (tests/fixtures/real_shapes.py; the
+  8B with a Llama-3.2-1B-shaped drafter, the others with a 2-layer one) in the device's dtype, ours
+  autoregressive, with prompt lookup and with a draft model, each eager on the dynamic cache and on the fast
+  path (app/engine/runtime/execution.py: the static cache, compiled with CUDA graphs on CUDA; on the CPU the static
+  cache alone, as compiling is off there by default), beside `model.generate` without and with
+  `assistant_model`, and `model.generate` with its own static cache, eager and (on CUDA) compiled, called as
+  transformers documents it (`cache_implementation="static"` with a fixed `max_cache_len`, so one compiled
+  shape serves every prompt, warmed up with the same shapes): ms per token, the warm-up (compiles) apart, and
+  the memory-bandwidth bound of one target forward (weight bytes / HBM bandwidth, `--hbm-gbps`, 4800 GB/s for
   an H200 by default: a parameter, not a measured figure). `goals` compares the fast path with the issue's
   targets: autoregressive decoding within 3x of the bound, the draft model >= 1.5x assisted generation.
+- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/measure/half_precision.py).
 
+`meta` records the device, the GPU's name, and the torch, transformers and CUDA versions.
 The exit status is 1 if a check failed or a section raised, else 0.
 """
 
@@ -49,7 +62,20 @@ from tools.measure.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 -
 
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
-TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b")
+TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b", "llama3.1-8b")
+PROFILE_SHAPE = "qwen2.5-0.5b"
+CHECKS = ("greedy_identity", "chi_square", "asd_against_cpu", "cache_against_recompute")
+# Seconds each section took on an H200 at real sizes (compiles included), with a margin: what --budget plans with.
+# Tiny sizes take TINY_SHARE of it.
+SECTION_SECONDS = {"greedy_identity": 90, "chi_square": 40, "asd_against_cpu": 25, "cache_against_recompute": 40,
+                   "profile": 60, "timing:qwen2.5-0.5b": 110, "timing:llama3.2-1b": 110,
+                   "timing:llama3.1-8b": 170, "half_precision": 60}
+TINY_SHARE = 0.1
+# Runtime calls the profile counts per token, by what they are.
+PROFILED_CALLS = {"synchronizations": ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"),
+                  "graph_launches": ("cudaGraphLaunch",),
+                  "kernel_launches_outside_graphs": ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                                     "cuLaunchKernelEx")}
 FAST = "fast:"  # our methods on the fast path (static cache, compiled on CUDA)
 P_MIN = 1e-3  # chi-square p-value below which the sampled distribution is judged not the target's
 
@@ -67,6 +93,7 @@ class Sizes:
         self.half_tokens = 8 if tiny else 32
         self.half_prompts = 1 if tiny else 4
         self.timing_tokens = 8 if tiny else 64
+        self.profile_tokens = 8 if tiny else 32
         self.timing_prompts = 1 if tiny else 3
         self.k = 4
 
@@ -233,6 +260,10 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
     fast_models = replace(models, execution=resolve_execution("static", models.device.type == "cuda", models.device))
     fast = SpeculativeDecoder(fast_models)
     k = sizes.k
+    # generate's static cache at one length for every prompt and both warm-up lengths: a length of its own per
+    # call would be a new compiled shape per call (transformers' documented use fixes it)
+    longest = max(len(models.tokenizer(prompt).input_ids) for prompt in PROMPTS) + sizes.timing_tokens
+    static_length = 1 << (longest - 1).bit_length()
     table = {
         "ours:autoregressive": ours(decoder, (), k),
         "ours:prompt-lookup": ours(decoder, ("prompt-lookup",), k),
@@ -241,13 +272,15 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
         FAST + "prompt-lookup": ours(fast, ("prompt-lookup",), k),
         FAST + "draft-model": ours(fast, ("draft-model",), k),
         "hf:autoregressive": hf(models),
-        "hf:autoregressive static": hf(models, cache_implementation="static", disable_compile=True),
+        "hf:autoregressive static": hf(models, cache_implementation="static", max_cache_len=static_length,
+                                       disable_compile=True),
         "hf:prompt-lookup": hf(models, prompt_lookup_num_tokens=k),
         "hf:assisted": hf(models, assistant_model=models.draft, num_assistant_tokens=k,
                           num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
     }
     if models.device.type == "cuda":  # generate compiles a static cache's forward by itself on CUDA only
-        table["hf:autoregressive static compiled"] = hf(models, cache_implementation="static")
+        table["hf:autoregressive static compiled"] = hf(models, cache_implementation="static",
+                                                        max_cache_len=static_length)
     prompts = [BenchPrompt(f"p{i}", "code", p, sizes.timing_tokens) for i, p in enumerate(PROMPTS)]
     prompts = prompts[: sizes.timing_prompts]
     warm_up_s = {}
@@ -293,20 +326,76 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
             "goals": goals, "rows": rows}
 
 
+# ---- profile -------------------------------------------------------------------------------------
+
+def profile_fast_path(key: str, device: str, dtype, sizes: Sizes, tiny: bool, out: Path) -> dict:
+    """torch.profiler over one fast-path autoregressive and one fast-path draft-model generation (each after a
+    warm-up run of the same settings): the key averages as text files, and per token the runtime calls of
+    PROFILED_CALLS (on the CPU there are none: the counts are 0)."""
+    from dataclasses import replace
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from app.engine.decoding.decoder import SpeculativeDecoder
+    from app.engine.runtime.execution import resolve_execution
+    from app.engine.settings import DecodeSettings
+    from tests.fixtures.real_shapes import stand_in
+
+    models = stand_in(key, device=device, dtype=dtype, with_draft=True, is_tiny=tiny)
+    cuda = models.device.type == "cuda"
+    fast = SpeculativeDecoder(replace(models, execution=resolve_execution("static", cuda, models.device)))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    rows = []
+    for method, drafters in (("autoregressive", ()), ("draft-model", ("draft-model",))):
+        settings = DecodeSettings(drafters=drafters, k=sizes.k, max_new_tokens=sizes.profile_tokens)
+        list(fast.generate(PROMPTS[0], settings))  # compiles, captures, allocations
+        with profile(activities=activities) as profiler:
+            end = list(fast.generate(PROMPTS[0], settings))[-1]
+        tokens = max(1, len(end.token_ids))
+        averages = profiler.key_averages()
+        calls = {kind: sum(event.count for event in averages if event.key in names) / tokens
+                 for kind, names in PROFILED_CALLS.items()}
+        text = [f"{models.target_name}, fast path ({fast.models.execution.label}), {method}, {tokens} tokens",
+                "\nsorted by self CPU time\n", averages.table(sort_by="self_cpu_time_total", row_limit=40)]
+        if cuda:
+            text += ["\nsorted by CUDA time\n", averages.table(sort_by="cuda_time_total", row_limit=40)]
+        name = f"profile_{method}.txt"
+        (out / name).write_text("\n".join(text) + "\n")
+        rows.append({"method": method, "tokens": tokens, "per_token": calls, "file": name,
+                     "mode": fast.models.execution.label})
+    return {"shape": models.target_name, "dtype": str(dtype).removeprefix("torch."), "rows": rows}
+
+
 # ---- the command ---------------------------------------------------------------------------------
 
 def environment(device: str) -> dict:
     import torch
 
-    from app.engine.hf_compat import versions
+    from app.bench.methods import software_versions
 
-    info = {"device": device, **versions(),
-            "python": platform.python_version(), "cpus": os.cpu_count(),
-            "load_average": list(os.getloadavg())}
+    info = {"device": device, **software_versions(torch.device(device)), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "load_average": list(os.getloadavg())}
     if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
         info["gpu_memory_gb"] = torch.cuda.get_device_properties(torch.device(device)).total_memory / 1e9
     return info
+
+
+def section_names() -> list[str]:
+    """Every section, in the order they run: correctness first."""
+    return [*CHECKS, "profile", *(f"timing:{key}" for key in TIMING_SHAPES), "half_precision"]
+
+
+def chosen_sections(text: str | None) -> list[str]:
+    """The sections `--sections` names (comma-separated; `timing` is every shape), in running order."""
+    every = section_names()
+    if not text:
+        return every
+    asked = {name.strip() for name in text.split(",") if name.strip()}
+    asked = {name for name in every if name in asked or (name.startswith("timing:") and "timing" in asked)}
+    unknown = {name.strip() for name in text.split(",")} - set(every) - {"timing", ""}
+    if unknown:
+        raise ValueError(f"unknown section(s) {', '.join(sorted(unknown))}: choose from timing, {', '.join(every)}")
+    return [name for name in every if name in asked]
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -318,16 +407,29 @@ def run(args: argparse.Namespace) -> dict:
     sizes = Sizes(args.tiny)
     dtype = {"auto": torch.bfloat16 if args.device != "cpu" else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[args.timing_dtype]
+    chosen = chosen_sections(args.sections)
     report: dict = {"meta": {**environment(args.device), "tiny": args.tiny, "hbm_gbps": args.hbm_gbps,
+                             "budget_s": args.budget, "sections": chosen,
                              "started": time.strftime("%Y-%m-%d %H:%M:%S")},
-                    "checks": {}, "half_precision": None, "timing": [], "errors": []}
+                    "checks": {}, "profile": None, "half_precision": None, "timing": [], "skipped": [],
+                    "errors": []}
     started = time.perf_counter()
+    share = TINY_SHARE if args.tiny else 1.0
 
     def save() -> None:
         report["meta"]["seconds"] = round(time.perf_counter() - started, 1)
         out_file.write_text(json.dumps(report, indent=2))
 
     def section(name: str, fn, store) -> None:
+        if name not in chosen:
+            return
+        left = None if args.budget is None else args.budget - (time.perf_counter() - started)
+        needs = SECTION_SECONDS[name] * share
+        if left is not None and needs > left:
+            report["skipped"].append({"section": name, "reason": f"needs about {needs:.0f} s, {left:.0f} s left"})
+            print(f"{name}: skipped, needs about {needs:.0f} s of the {left:.0f} s left", file=sys.stderr, flush=True)
+            save()
+            return
         t0 = time.perf_counter()
         print(f"{name} ...", file=sys.stderr, flush=True)
         try:
@@ -338,18 +440,27 @@ def run(args: argparse.Namespace) -> dict:
         print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         save()
 
-    with tempfile.TemporaryDirectory() as folder:
-        pairs = {arch: build_pair(Path(folder) / arch, arch) for arch in sizes.identity_archs if not available(arch)}
-        first = next(iter(pairs.values()))
-        checks = report["checks"]
-        section("greedy identity", lambda: check_greedy_identity(pairs, args.device, sizes),
-                lambda r: checks.__setitem__("greedy_identity", r))
-        section("chi-square", lambda: check_chi_square(first, args.device, sizes),
-                lambda r: checks.__setitem__("chi_square", r))
-        section("asd against cpu", lambda: check_asd_against_cpu(first, args.device, sizes),
-                lambda r: checks.__setitem__("asd_against_cpu", r))
-        section("cache against recompute", lambda: check_cache(pairs, args.device, sizes),
-                lambda r: checks.__setitem__("cache_against_recompute", r))
+    checks = report["checks"]
+    if set(chosen) & set(CHECKS):
+        with tempfile.TemporaryDirectory() as folder:
+            pairs = {arch: build_pair(Path(folder) / arch, arch) for arch in sizes.identity_archs
+                     if not available(arch)}
+            first = next(iter(pairs.values()))
+            section("greedy_identity", lambda: check_greedy_identity(pairs, args.device, sizes),
+                    lambda r: checks.__setitem__("greedy_identity", r))
+            section("chi_square", lambda: check_chi_square(first, args.device, sizes),
+                    lambda r: checks.__setitem__("chi_square", r))
+            section("asd_against_cpu", lambda: check_asd_against_cpu(first, args.device, sizes),
+                    lambda r: checks.__setitem__("asd_against_cpu", r))
+            section("cache_against_recompute", lambda: check_cache(pairs, args.device, sizes),
+                    lambda r: checks.__setitem__("cache_against_recompute", r))
+
+    section("profile", lambda: profile_fast_path(PROFILE_SHAPE, args.device, dtype, sizes, args.tiny, args.out),
+            lambda r: report.__setitem__("profile", r))
+    for key in TIMING_SHAPES:
+        section(f"timing:{key}",
+                lambda key=key: time_shape(key, args.device, dtype, sizes, args.hbm_gbps, args.tiny),
+                report["timing"].append)
 
     def half() -> dict:
         from tests.fixtures.architectures import ARCHITECTURES
@@ -360,22 +471,26 @@ def run(args: argparse.Namespace) -> dict:
         result["markdown"] = markdown(result)
         return result
 
-    section("half precision", half, lambda r: report.__setitem__("half_precision", r))
-    for key in TIMING_SHAPES:
-        section(f"timing {key}", lambda key=key: time_shape(key, args.device, dtype, sizes, args.hbm_gbps, args.tiny),
-                report["timing"].append)
+    section("half_precision", half, lambda r: report.__setitem__("half_precision", r))
     report["passed"] = not report["errors"] and all(c.get("passed") for c in report["checks"].values())
     save()
     return report
 
 
 def summary(report: dict) -> str:
-    lines = [f"device {report['meta']['device']} ({report['meta'].get('gpu', 'no GPU name')}), "
-             f"{report['meta']['seconds']} s, {'PASSED' if report['passed'] else 'FAILED'}"]
+    meta = report["meta"]
+    lines = [f"device {meta['device']} ({meta.get('gpu') or 'no GPU name'}), torch {meta['torch']}, "
+             f"transformers {meta['transformers']}, CUDA {meta['cuda']}, {meta['seconds']} s, "
+             f"{'PASSED' if report['passed'] else 'FAILED'}"]
     for name, check in report["checks"].items():
         lines.append(f"  {name}: {'ok' if check['passed'] else 'FAILED'}")
     for error in report["errors"]:
         lines.append(f"  error in {error['section']}: {error['error']}")
+    for skipped in report["skipped"]:
+        lines.append(f"  skipped {skipped['section']}: {skipped['reason']}")
+    for row in (report["profile"] or {}).get("rows", []):
+        counts = ", ".join(f"{kind.replace('_', ' ')} {count:.1f}" for kind, count in row["per_token"].items())
+        lines.append(f"  profile {row['method']} ({row['file']}), per token: {counts}")
     if report["half_precision"]:
         lines.append(report["half_precision"]["markdown"])
     for shape in report["timing"]:
@@ -407,7 +522,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                         help="dtype of the timed stand-ins (default auto: bfloat16 on an accelerator, float32 on cpu)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--sections", help=f"comma-separated sections to run, in this order: "
+                                           f"{', '.join(section_names())} (timing: every shape; default all)")
+    parser.add_argument("--budget", type=float, help="seconds the whole run may take: a section whose estimate no "
+                                                     "longer fits is skipped (default: no limit)")
     args = parser.parse_args(argv)
+    try:
+        chosen_sections(args.sections)
+    except ValueError as exc:
+        parser.error(str(exc))
     import torch
 
     torch.set_num_threads(args.threads)

@@ -366,6 +366,13 @@ def plain_table(results: list[MethodResult]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
 
 
+def software_versions(device: torch.device) -> dict:
+    """What a figure was measured with: torch and transformers (`versions`), the CUDA torch was built for (None
+    without), and the GPU's name on CUDA (None elsewhere); for every bench and device-check JSON."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" and torch.cuda.is_available() else None
+    return {**versions(), "cuda": torch.version.cuda, "gpu": gpu}
+
+
 def to_json(results: list[MethodResult], meta: dict) -> str:
     """The results and `meta`, with the versions of torch and transformers that produced them."""
     return json.dumps({"meta": {**meta, **versions()}, "results": [asdict(r) for r in results]}, indent=2)

@@ -79,8 +79,9 @@ class ModelDialog(QDialog):
                                       "by moving its write position (fixed shapes, needed to compile)")
         self.compile = _choices(COMPILE, "compile the one-token and verification forwards with torch.compile "
                                          "(CUDA graphs on a GPU; needs the static cache), every shape while the "
-                                         "models load (minutes on a CPU); a failure falls back to eager forwards "
-                                         "with a notice")
+                                         "models load (minutes on a CPU, far less the next time); a failure falls "
+                                         "back to eager forwards with a notice. Dynamic cache with compiling off: "
+                                         "eager forwards, loaded in seconds")
         for combo in (self.cache, self.compile):
             combo.currentIndexChanged.connect(self._auto_words)
         form = QFormLayout()

@@ -93,6 +93,11 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
     assert data["meta"]["quick"] is True and data["meta"]["repeats"] == 1
     assert data["meta"]["transformers"] == versions()["transformers"] and data["meta"]["torch"] == torch.__version__
     assert len(data["meta"]["prompts"]) == bench.QUICK_PROMPTS
+    import transformers
+
+    assert {key: data["meta"][key] for key in ("torch", "transformers", "cuda", "gpu")} == {
+        "torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
+        "gpu": None}  # what the figures were measured with; no GPU on the CPU
     by_name = {r["method"]: r for r in data["results"]}
     assert set(by_name) == set(bench.QUICK_METHODS)
     every_field = {f.name for f in fields(bench.MethodResult)}

@@ -246,8 +246,8 @@ def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
 def test_the_execution_options_say_their_defaults():
     for command in ("run", "bench methods", "bench trees", "bench asd"):
         entries = help_entries(command)
-        assert "(default: dynamic on every device)" in entries["--cache"]
-        assert "(default: off on every device)" in entries["--compile"]
+        assert "(default: CUDA: static, elsewhere: dynamic)" in entries["--cache"]
+        assert "(default: CUDA: on, elsewhere: off)" in entries["--compile"]
         assert "while the models load" in entries["--compile"]
 
 

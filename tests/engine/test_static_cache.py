@@ -36,6 +36,7 @@ from app.engine.settings import DecodeSettings, SettingsError
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.test_decoder import run_with_schedule
 from tests.engine.test_tree import VOCAB, full_logits, random_tree, tiny_model
+from tests.engine.test_warm_up import step_words
 
 # Every drafter that runs on the bundled demo family (its learned heads included); the suffix tree is a
 # lookup drafter like prompt lookup and the n-gram cache, with no model of its own to cache.
@@ -222,19 +223,20 @@ def test_a_sliding_window_model_keeps_the_dynamic_cache_with_a_notice():
     assert (target.cache, target.compile) == ("dynamic", False) and len(target.notices) == 1
 
 
-def test_the_default_is_eager_dynamic_everywhere_until_the_fast_path_passes_the_device_check(monkeypatch):
-    for device in ("cpu", "mps", "cuda"):
+def test_cuda_runs_the_fast_path_by_default_and_every_other_device_eagerly_on_the_dynamic_cache():
+    assert DEFAULTS == {"cuda": FAST_PATH}
+    for device in ("cpu", "mps"):
         assert resolve_execution(None, None, torch.device(device)) == Execution("dynamic", False)
-        assert resolve_execution("static", None, torch.device(device)) == Execution("static", False)
+    for device in ("cpu", "mps", "cuda"):
+        assert resolve_execution("static", False, torch.device(device)) == Execution("static", False)
         assert resolve_execution(None, True, torch.device(device)) == Execution("static", True)  # implies static
         assert resolve_execution("static", True, torch.device(device)) == Execution("static", True)  # opts in
-    assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
-    assert default_words(0) == "dynamic on every device" and default_words(1) == "off on every device"
-    monkeypatch.setitem(DEFAULTS, "cuda", FAST_PATH)  # what a passed device check flips, in one place
     assert resolve_execution(None, None, torch.device("cuda")) == Execution("static", True)
-    assert resolve_execution("static", False, torch.device("cuda")) == Execution("static", False)
+    assert resolve_execution("static", None, torch.device("cuda")) == Execution("static", True)
+    # eager stays one choice away on CUDA: the dynamic cache alone means eager forwards, and so does --no-compile
     assert resolve_execution("dynamic", None, torch.device("cuda")) == Execution("dynamic", False)
-    assert resolve_execution(None, None, torch.device("cpu")) == Execution("dynamic", False)
+    assert resolve_execution("dynamic", False, torch.device("cuda")) == Execution("dynamic", False)
+    assert resolve_execution(None, False, torch.device("cuda")) == Execution("static", False)
     assert default_words(0) == "CUDA: static, elsewhere: dynamic" and default_words(1) == "CUDA: on, elsewhere: off"
     with pytest.raises(SettingsError, match="compiling needs the static cache"):
         check_execution("dynamic", True)
@@ -323,7 +325,7 @@ def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama, mon
     compiled = SpeculativeDecoder(load_models(str(target), device="cpu", compile=True,
                                               progress=lambda fraction, message: steps.append(message)))
     assert compiled.models.execution == Execution("static", compile=True)
-    assert [message for message in steps if message.startswith("compiling")] == [
+    assert [step_words(message) for message in steps if message.startswith("compiling")] == [
         "compiling target: one-token step (1/3)", "compiling target: verify 2 rows (2/3)",
         "compiling target: verify 4 rows (3/3)"]
     compiled_at_load = counters["frames"]["ok"]

@@ -27,7 +27,14 @@ from tests.engine.helpers import PROMPTS
 from tests.engine.test_tree import VOCAB, full_logits, tiny_model
 
 STEP = re.compile(r"^compiling (target|draft model|layer skip \(\d+ layers\)): "
-                  r"(one-token step|verify \d+ rows|catch-up 2 rows|tree round \d+ rows) \((\d+)/(\d+)\)$")
+                  r"(one-token step|verify \d+ rows|catch-up 2 rows|tree round \d+ rows) \((\d+)/(\d+)\)"
+                  r"(, about \d+ (s|min) left)?$")
+LEFT = re.compile(r", about \d+ (s|min) left$")
+
+
+def step_words(message: str) -> str:
+    """A progress message without its time left (which the machine's speed decides)."""
+    return LEFT.sub("", message)
 # What the first generations meet: each drafter that runs a model, chains and trees, K small and large.
 RUNS = [DecodeSettings(drafters=("draft-model",), k=4, max_new_tokens=32),
         DecodeSettings(drafters=("layer-skip",), k=3, max_new_tokens=32),
@@ -96,7 +103,8 @@ def test_the_load_compiles_every_shape_with_progress_and_generations_compile_not
     assert len(steps) == total and all(match for _, match in steps), reports
     assert [int(match[3]) for _, match in steps] == list(range(1, total + 1))
     assert {int(match[4]) for _, match in steps} == {total}
-    assert [match[0] for _, match in steps][:3] == [
+    assert [bool(match[5]) for _, match in steps] == [False] + [True] * (total - 1)  # once a step has ended
+    assert [step_words(match[0]) for _, match in steps][:3] == [
         "compiling target: one-token step (1/16)", "compiling target: verify 2 rows (2/16)",
         "compiling target: verify 4 rows (3/16)"]
     fractions = [fraction for fraction, _ in reports]
@@ -175,4 +183,16 @@ def test_a_load_cancelled_between_compile_steps_stops_there(tiny_llama, monkeypa
     with pytest.raises(Cancelled):
         load_models(str(target), str(draft), device="cpu", compile=True, progress=progress)
     assert fed == [(1, 1), (1, 2)]  # the two steps before the cancel, and none after
-    assert steps[-1] == "compiling target: verify 4 rows (3/16)"
+    assert step_words(steps[-1]) == "compiling target: verify 4 rows (3/16)"
+
+
+def test_the_time_left_is_the_mean_step_time_of_the_steps_done_times_those_to_go():
+    from app.engine.loading.warm_up import time_left
+
+    assert time_left(0.0, 0, 16) == ""  # nothing to go by before the first step ends
+    assert time_left(10.0, 4, 16) == ", about 30 s left"
+    assert time_left(10.0, 2, 16) == ", about 1 min left"
+    assert time_left(1.0, 4, 5) == ", about 5 s left"
+    assert time_left(40.0, 2, 16) == ", about 5 min left"
+    assert step_words("compiling target: verify 2 rows (2/16), about 70 s left") == \
+        "compiling target: verify 2 rows (2/16)"

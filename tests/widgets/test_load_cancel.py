@@ -207,6 +207,8 @@ def test_a_dialog_cancel_between_compile_steps_keeps_the_models(qtbot, make_wind
 @pytest.mark.parametrize("message, shown", [
     ("compiling target: verify 8 rows (3/16)", "Compiling target: verify 8 rows (3/16)"),
     ("compiling drafter: tree round 4 rows (12/16)", "Compiling drafter: tree round 4 rows (12/16)"),
+    ("compiling target: verify 8 rows (3/16), about 2 min left",
+     "Compiling target: verify 8 rows (3/16), about 2 min left"),
     ("loading /long/path/demo/target", "Loading demo/target"),
     ("loading Qwen/Qwen2.5-0.5B-Instruct", "Loading Qwen/Qwen2.5-0.5B-Instruct"),
 ])

@@ -3,12 +3,14 @@ shape a generation will meet, step by step with progress, so that the first gene
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.engine.errors import is_out_of_memory, release_memory
 from app.engine.loading.models import LoadedModels
 from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.compile_cache import keep_compiled
 from app.engine.runtime.devices import synchronize
 from app.engine.runtime.execution import fewest_rows, row_buckets
 
@@ -49,9 +51,9 @@ def warm_up_plan(models: LoadedModels) -> list[WarmUpModel]:
     verification blocks up to the largest K and tree the settings allow (MAX_K + 1 rows, MAX_TREE_NODES + 1;
     chains and trees share the buckets), and, for the draft model and the layer-skip drafter at its default
     exit, the one-token step, the catch-up of an accepted draft (2 rows) and the tree rounds (tree_growth's
-    MAX_WIDTH rows at most). Forwards of more than COMPILED_ROWS rows, and prefills, run eagerly. The forwards
-    of a learned drafter's target features (hidden states) and of another layer-skip exit compile at their
-    first use."""
+    MAX_WIDTH rows at most). Forwards of more than COMPILED_ROWS rows, and prefills, run eagerly. A compiled
+    forward always returns the hidden states, so the drafters that read the target's features meet no other
+    shape; the forwards of another layer-skip exit compile at their first use."""
     from app.engine.drafters.registry import layer_skip_layers
     from app.engine.drafters.tree_growth import MAX_WIDTH
     from app.engine.settings import MAX_K, MAX_TREE_NODES, DrafterOptions
@@ -69,16 +71,31 @@ def warm_up_plan(models: LoadedModels) -> list[WarmUpModel]:
     return plan
 
 
+def time_left(elapsed: float, done: int, total: int) -> str:
+    """', about 40 s left' / ', about 3 min left': the steps to go at the mean time of those done (compiles of
+    one model take about as long as each other); '' before the first step has ended."""
+    if done == 0:
+        return ""
+    seconds = elapsed / done * (total - done)
+    if seconds < 60:
+        return f", about {max(5, 5 * round(seconds / 5))} s left"
+    return f", about {round(seconds / 60)} min left"
+
+
 def warm_up(models: LoadedModels, progress=None) -> None:
     """Compile now what `warm_up_plan` says, one shape at a time, through the step a generation runs
     (`CachedModel.warm_up`) on scratch caches; `progress(fraction, message)` before each step ('compiling
-    target: verify 8 rows (3/14)'). A progress callback that raises abandons the load between two steps. A
-    compile that fails, or any other failure of a step, does not fail the load: the models run eagerly from then
-    on, with a notice at the next generation (`Execution.give_up_compiling`)."""
+    target: verify 8 rows (3/14), about 2 min left': the time left from the steps done). A progress callback
+    that raises abandons the load between two steps. A compile that fails, or any other failure of a step, does
+    not fail the load: the models run eagerly from then on, with a notice at the next generation
+    (`Execution.give_up_compiling`). What Inductor compiles is kept in the user cache folder
+    (runtime/compile_cache.py), so the next launch of the same models compiles far less."""
     report = progress or (lambda fraction, message: None)
     execution = models.execution
     if not execution.compiles:
         return
+    keep_compiled(tuple(name for name in (models.target_name, models.draft_name) if name), models.dtype,
+                  models.device)  # a second launch finds these forwards compiled
     caches = [(entry, CachedModel(entry.model, entry.layers, execution=execution, role=entry.role))
               for entry in warm_up_plan(models)]
     caches = [(entry, cached) for entry, cached in caches if cached.compiled]  # a model on the dynamic cache: eager
@@ -87,9 +104,11 @@ def warm_up(models: LoadedModels, progress=None) -> None:
     # own caches sit at other addresses: their first forwards capture again (a forward's time, no compile).
     runs = 3 if models.device.type == "cuda" else 1
     done = 0
+    started = time.perf_counter()
     for entry, cached in caches:
         for bucket in entry.buckets:
-            report(done / total, f"compiling {entry.who}: {entry.step(bucket)} ({done + 1}/{total})")
+            left = time_left(time.perf_counter() - started, done, total)
+            report(done / total, f"compiling {entry.who}: {entry.step(bucket)} ({done + 1}/{total}){left}")
             try:
                 cached.warm_up(fewest_rows(bucket), runs)
             except Exception as exc:  # noqa: BLE001 - whatever fails here, the models can still run eagerly

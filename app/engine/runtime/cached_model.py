@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
+from types import MethodType
 
 import torch
 from torch import nn
@@ -38,7 +39,14 @@ from transformers import DynamicCache, DynamicLayer, StaticLayer
 from app.engine import hf_compat
 from app.engine.core.tree import TreeRows
 from app.engine.errors import ModelLoadError, is_out_of_memory
-from app.engine.runtime.execution import COMPILED_ROWS, Execution, compile_step, padded_rows
+from app.engine.runtime.execution import (
+    COMPILED_ROWS,
+    Execution,
+    compile_step,
+    padded_rows,
+    run_warm,
+    warm_call,
+)
 from app.engine.runtime.growing_cache import growing_cache
 from app.engine.runtime.lean_forward import lean_forward
 from app.engine.runtime.static_cache import MIN_CAPACITY, StaticKV, compiled_capacity, static_problem
@@ -266,7 +274,12 @@ class CachedModel:
             if visible is not None:
                 visible = torch.cat([visible, visible[-1:].expand(fed - rows, -1)])
         mask = static.chain_mask(positions.to(self.device)) if visible is None else static.tree_mask(visible)
-        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden)
+        # A compiled model's forwards always return the hidden states, so that one graph per row bucket serves the
+        # drafters that read the target's features (EAGLE, DFlash, MTP) too: a `hidden` flag would make a second
+        # graph per bucket, compiled at its first use in a generation. Its eager forwards (the first one on a
+        # cache, prefills) ask for them too: they install transformers' capturing hooks, which a compiled forward
+        # cannot install without a graph break (their lock) and a change of state that compiles again.
+        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden or self.compiled)
         keep = last if last is not None and self._keeps_logits and last < rows else 0
         out = None
         with torch.inference_mode(), only_layers(self.model, self._subset):
@@ -295,10 +308,13 @@ class CachedModel:
         try:
             step = self._compiled_step
             if step is None:
-                step = self._compiled_step = compile_step(self._step, self.device)
+                own = self.execution.step_code(self.model, self.layers, CachedModel._step)
+                step = self._compiled_step = compile_step(MethodType(own, self), self.device)
             if self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
-            return step(*inputs)
+            assert self._static is not None, "compiled forwards run on the static cache"
+            call = warm_call(self.model, self.layers, inputs, self._static.capacity)
+            return run_warm(step, self.execution, call, inputs)
         except Exception as exc:  # any compile or capture failure falls back to eager forwards
             if is_out_of_memory(exc):
                 raise

@@ -5,9 +5,8 @@ the loaded models and used by every cache that runs one of them: the target's an
 run a model (draft model, layer skip).
 
 - **dynamic** cache: keys and values grow as tokens are fed (written into buffers whose capacity doubles,
-  growing_cache.py) and a rollback crops them. The default on every
-  device: on the CPU it measured fastest (BENCHMARKS.md, "Static cache and compilation"); on CUDA the fast
-  path takes over once it passes the device check (`DEFAULTS` below).
+  growing_cache.py) and a rollback crops them. The default on the CPU and MPS: on the CPU it measured fastest
+  (BENCHMARKS.md, "Static cache and compilation"); CUDA runs the fast path by default (`DEFAULTS` below).
 - **static** cache: buffers preallocated at a capacity of a few power-of-two sizes (grown, by copying, when a
   sequence outgrows them), written at a write position. A rollback moves the position back; the rejected
   entries are overwritten by the next pass (docs/ALGORITHMS.md §2). Every forward then has fixed shapes.
@@ -18,14 +17,17 @@ run a model (draft model, layer skip).
   (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
   compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading/warm_up.py), with progress,
   not at the first generation. A compile or capture that fails falls back to eager forwards with a notice,
-  never an error.
+  never an error. Each model and layer subset compiles its own copy of the step (`Execution.step_code`), and
+  a call equal to one that already ran skips dynamo's guard evaluation (`run_warm`).
 
 This module imports no torch at load: the command line checks the choice before anything loads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import TYPE_CHECKING
 
 from app.engine.settings import SettingsError
@@ -36,13 +38,12 @@ if TYPE_CHECKING:
 CACHE_MODES = ("dynamic", "static")
 FAST_PATH = ("static", True)  # gpt-fast's: a static cache, the short forwards compiled (CUDA graphs on CUDA)
 EAGER_DEFAULT = ("dynamic", False)
-# device type -> (cache, compile) when none is asked for; any other device gets EAGER_DEFAULT. Eager forwards
-# on the dynamic cache everywhere for now: on the CPU they measured fastest (BENCHMARKS.md, "Static cache and
-# compilation"; MPS is unmeasured). On CUDA the fast path is meant to be the default, but it has never run on
-# a GPU: it becomes the default, by adding "cuda": FAST_PATH here, once tools/device_check.py has passed on
-# one (its identity and cache checks in the compiled mode, and its fast: rows timed; BENCHMARKS.md, "Device
-# check"). Until then `--cache static --compile` (or the model dialog) opts in.
-DEFAULTS: dict[str, tuple[str, bool]] = {}
+# device type -> (cache, compile) when none is asked for; any other device gets EAGER_DEFAULT. CUDA runs the fast
+# path: on an H200 it decoded 5x faster than `generate` and 3-4.6x faster than HF's assisted generation, where
+# eager forwards are slower than `generate` (BENCHMARKS.md, "Device check"). Eager forwards on the dynamic cache
+# stay one choice away (`--cache dynamic --no-compile`, the model dialog). On the CPU they measured fastest once
+# the compile is counted (BENCHMARKS.md, "Static cache and compilation"); MPS is unmeasured.
+DEFAULTS: dict[str, tuple[str, bool]] = {"cuda": FAST_PATH}
 DEVICE_NAMES = {"cuda": "CUDA", "mps": "MPS", "cpu": "CPU"}
 RECOMPILE_LIMIT = 64  # compiled shapes per step function: row buckets x capacities x models (target, drafters)
 COMPILED_ROWS = 128  # forwards of more rows run eagerly, as do prefills (rows fed for the cache alone)
@@ -61,6 +62,9 @@ class Execution:
     # concatenating the whole cache (the same numbers: growing_cache.py); off only to measure what that saves.
     growing: bool = True
     compile_failure: str | None = field(default=None, compare=False)  # why compiling was given up
+    # The calls of compiled steps that have run (`warm_call`): one of them again needs no guard evaluation.
+    warm_calls: set[tuple] = field(default_factory=set, compare=False, repr=False)
+    _step_codes: dict[tuple, FunctionType] = field(default_factory=dict, compare=False, repr=False)
     notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the next generation
     _said: set[str] = field(default_factory=set, compare=False, repr=False)
 
@@ -79,6 +83,20 @@ class Execution:
         if message not in self._said:
             self._said.add(message)
             self.notices.append(message)
+
+    def step_code(self, model, layers: tuple[int, ...] | None, step: Callable) -> FunctionType:
+        """`step` with a code object of its own for `model` run with `layers`, shared by every cache of them.
+
+        Dynamo keeps a code object's compiled graphs in one list, told apart by guards: one list per model and
+        layer subset holds graphs that differ in shapes alone, which is what lets `run_warm` skip the guards (the
+        few it still evaluates then tell shapes apart, never one model from another)."""
+        key = (id(model), layers)
+        if key not in self._step_codes:
+            assert isinstance(step, FunctionType), "a plain function: its code is copied"
+            code = step.__code__.replace(co_name=f"{step.__name__}_{len(self._step_codes)}")
+            self._step_codes[key] = FunctionType(code, step.__globals__, code.co_name, step.__defaults__,
+                                                 step.__closure__)
+        return self._step_codes[key]
 
     def give_up_compiling(self, exc: BaseException) -> None:
         """A compile or capture failed: every cache of these models runs eagerly from now on."""
@@ -149,6 +167,39 @@ def compile_step(step, device: torch.device):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
     mode = "reduce-overhead" if device.type == "cuda" else None
     return torch.compile(step, mode=mode, dynamic=False)
+
+
+def warm_call(model, layers: tuple[int, ...] | None, inputs: tuple, capacity: int) -> tuple:
+    """What picks a compiled step's graph, in a few integers: the model and its layer subset, the shapes, dtypes
+    and device of the inputs (ids (1, T), positions (1, T), mask (1, 1, T, capacity), the hidden-states flag) and
+    the cache's capacity. Equal for two calls, they run the same graph."""
+    input_ids, position_ids, mask, hidden = inputs
+    return (id(model), layers, tuple(input_ids.shape), tuple(position_ids.shape), tuple(mask.shape), mask.dtype,
+            mask.device, bool(hidden), capacity)
+
+
+def run_warm(step, execution: Execution, call: tuple, inputs: tuple):
+    """`step(*inputs)`, without dynamo's guard evaluation when `call` (`warm_call`) has run before.
+
+    Dynamo checks its guards (shapes, dtypes, the model's attributes ...) at every call of a compiled step: on a
+    GPU about 0.8 ms a token, more than half the forward of a small model. A call equal to one that already ran
+    has a graph, so `skip_guard_eval_unsafe` then evaluates only the guards that tell the compiled graphs apart;
+    any other call evaluates them all (and compiles if it must), and is remembered. Should dynamo still want to
+    compile a warm call (a state `warm_call` does not hold changed), that call runs again with every guard."""
+    import torch
+
+    if call in execution.warm_calls:
+        try:
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                return step(*inputs)
+        except RuntimeError as exc:  # dynamo would compile: some state `call` does not hold changed
+            if "skip_guard_eval_unsafe" not in str(exc):
+                raise
+            # Then it runs again with every guard: the same rows at the same slots, so whatever part of it ran
+            # wrote what it writes again.
+    out = step(*inputs)
+    execution.warm_calls.add(call)
+    return out
 
 
 def padded_rows(rows: int) -> int:
