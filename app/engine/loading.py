@@ -408,13 +408,15 @@ def warm_up(models: LoadedModels, progress=None) -> None:
 
 def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
                 device_map: str | None = None, progress=None, heads: str | None = None, cache: str | None = None,
-                compile: bool | None = None) -> LoadedModels:
+                compile: bool | None = None, drafters: dict[str, str] | None = None) -> LoadedModels:
     """Load the target (and draft model); `progress(fraction, message)` is called between steps.
 
     `heads` is a folder of learned drafters trained for this target (format: app/engine/drafters/heads/format.py);
     the demo target gets the bundled ones under assets/models/demo/heads when they exist. `cache` ("dynamic" or
     "static") and `compile` choose how every model runs (app/engine/execution.py); None: the device's default.
-    Compiling ends the load with `warm_up`, which takes most of it (minutes on a CPU).
+    Compiling ends the load with `warm_up`, which takes most of it (minutes on a CPU). `drafters` maps a learned
+    drafter's name to a published checkpoint (folder or hub id) for this target (app/engine/drafters/published/);
+    it replaces a head of that name from `heads`.
     """
     whole = progress or (lambda fraction, message: None)
     exit_layer = None
@@ -454,6 +456,10 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
 
         report(0.9, f"loading learned drafters from {heads}")
         models.extras.update(load_heads(models, Path(heads)))
+    if drafters:
+        from app.engine.drafters.published.detect import load_drafters  # only when checkpoints are given
+
+        models.extras.update(load_drafters(models, drafters, _within(report, 0.9, 1.0)))
     if execution.compiles:
         warm_up(models, _within(whole, LOADING_SHARE, 1.0))
     whole(1.0, "ready")

@@ -1,0 +1,60 @@
+"""Which published format a drafter checkpoint is in, told from its config.json and file names, and loading it.
+
+    speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
+    draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
+
+A checkpoint given for one learned drafter (`--eagle`) must be of that drafter's kind; anything else is refused
+in one line that names what is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.engine.drafters.published import eagle3
+from app.engine.drafters.published.checkpoint import PublishedHead, fetch_checkpoint, read_config
+from app.engine.errors import DrafterCheckpointError
+
+if TYPE_CHECKING:
+    from app.engine.loading import LoadedModels
+
+# The formats each learned drafter reads, as --help and the README list them.
+READS: dict[str, tuple[str, ...]] = {"eagle": (eagle3.SPECFORGE, eagle3.SPECULATORS)}
+LOADERS = {"eagle3": eagle3.load}
+DRAFTER_OF = {"eagle3": "eagle"}
+
+
+def detect(config: dict, source: str) -> str:
+    """The loader key of a checkpoint's config.json ("eagle3"), or a one-line refusal naming what is read."""
+    architectures = " ".join(str(a) for a in config.get("architectures") or [])
+    if config.get("speculators_model_type") is not None:
+        return "eagle3"
+    if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures.lower():
+        return "eagle3"
+    known = "; ".join(f"--{name}: {', '.join(formats)}" for name, formats in READS.items())
+    raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
+
+
+def load_published(name: str, source: str, models: LoadedModels, report=None) -> PublishedHead:
+    """The checkpoint `source` (folder or hub id) as the learned drafter `name`, checked against the target."""
+    folder: Path = fetch_checkpoint(source, report)
+    config = read_config(folder)
+    kind = detect(config, source)
+    if DRAFTER_OF[kind] != name:
+        raise DrafterCheckpointError(f"{source!r} is a {DRAFTER_OF[kind]} checkpoint, given for the {name} drafter; "
+                                     f"give it with --{DRAFTER_OF[kind]}.")
+    head = LOADERS[kind](folder, config, source, models)
+    for notice in head.notices:
+        models.execution.note(notice)
+    return head
+
+
+def load_drafters(models: LoadedModels, checkpoints: dict[str, str], report=None) -> dict[str, PublishedHead]:
+    """Every checkpoint of {drafter name: folder or hub id}; `report(fraction, message)` as they download."""
+    loaded = {}
+    for index, (name, source) in enumerate(checkpoints.items()):
+        step = (lambda fraction, message, i=index: report((i + fraction) / len(checkpoints), message)) \
+            if report else None
+        loaded[name] = load_published(name, source, models, step)
+    return loaded

@@ -1,0 +1,182 @@
+"""Tiny random published drafter checkpoints, written at test time in exactly the published layouts, and an
+independent reference forward of each, written from the published model code's structure (SafeAILab/EAGLE
+eagle/model/cnets.py and speculators' Eagle3 first layer), not from the loader's modules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from tests.tiny_models import make_model, make_tokenizer
+
+HEADS, KV_HEADS, INTERMEDIATE = 4, 2, 96
+LAYER_KEYS = ("hidden_norm.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
+              "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+              "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+def tiny_target(root: Path, layers: int = 8, hidden: int = 64) -> Path:
+    """A tiny random Llama target deep enough for EAGLE-3's default taps (2, L//2, L-3)."""
+    tokenizer = make_tokenizer(root / "tokenizer")
+    return make_model(root / "target", "llama", tokenizer, layers=layers, hidden=hidden, seed=3, mute_eos=True)
+
+
+def vocab_map(vocab: int, draft_vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t (V_d,) int64, t2d (V,) bool) for a random sorted subset of target ids, as SpecForge writes them."""
+    generator = torch.Generator().manual_seed(seed)
+    kept = torch.randperm(vocab, generator=generator)[:draft_vocab].sort().values  # (V_d,)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[kept] = True
+    return kept - torch.arange(draft_vocab), t2d
+
+
+def eagle3_weights(hidden: int, vocab: int, draft_vocab: int, seed: int, own_embeddings: bool,
+                   norm_before_fc: bool = False) -> dict[str, torch.Tensor]:
+    """Random weights with the speculators names (`layers.0.*`); SpecForge's differ only by `midlayer.`."""
+    generator = torch.Generator().manual_seed(seed)
+    head_dim = hidden // HEADS
+
+    def rand(*shape, scale=None):
+        fan_in = shape[-1]
+        return torch.randn(*shape, generator=generator) * (scale or 1 / math.sqrt(fan_in))
+
+    def norm(size):
+        return 1 + 0.1 * torch.randn(size, generator=generator)
+
+    layer = {
+        "hidden_norm.weight": norm(hidden), "input_layernorm.weight": norm(hidden),
+        "post_attention_layernorm.weight": norm(hidden),
+        "self_attn.q_proj.weight": rand(HEADS * head_dim, 2 * hidden),
+        "self_attn.k_proj.weight": rand(KV_HEADS * head_dim, 2 * hidden),
+        "self_attn.v_proj.weight": rand(KV_HEADS * head_dim, 2 * hidden),
+        "self_attn.o_proj.weight": rand(hidden, HEADS * head_dim),
+        "mlp.gate_proj.weight": rand(INTERMEDIATE, hidden), "mlp.up_proj.weight": rand(INTERMEDIATE, hidden),
+        "mlp.down_proj.weight": rand(hidden, INTERMEDIATE)}
+    weights = {f"layers.0.{key}": value for key, value in layer.items()}
+    weights.update({"fc.weight": rand(hidden, 3 * hidden), "norm.weight": norm(hidden),
+                    "lm_head.weight": rand(draft_vocab, hidden, scale=8 / math.sqrt(hidden))})
+    if own_embeddings:
+        weights["embed_tokens.weight"] = rand(vocab, hidden, scale=1.0)
+    if norm_before_fc:
+        weights["input_norm.weight"] = norm(3 * hidden)
+    return weights
+
+
+def llama_layer_config(hidden: int, vocab: int) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+            "num_hidden_layers": 1, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 2048,
+            "vocab_size": vocab, "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+def write_specforge(folder: Path, weights: dict[str, torch.Tensor], hidden: int, vocab: int, draft_vocab: int,
+                    aux_ids: list[int] | None = None, safetensors: bool = False) -> Path:
+    """SafeAILab / SpecForge layout: flat Llama config, `midlayer.*`, no embed_tokens, pytorch_model.bin."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(llama_layer_config(hidden, vocab), architectures=["LlamaForCausalLMEagle3"],
+                  draft_vocab_size=draft_vocab)
+    if aux_ids is not None:
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    renamed = {key.replace("layers.0.", "midlayer.", 1): value for key, value in weights.items()}
+    if safetensors:
+        save_file({k: v.contiguous() for k, v in renamed.items()}, str(folder / "model.safetensors"))
+    else:
+        torch.save(renamed, folder / "pytorch_model.bin")
+    return folder
+
+
+def write_speculators(folder: Path, weights: dict[str, torch.Tensor], hidden: int, vocab: int, draft_vocab: int,
+                      verifier: str, aux_ids: list[int] | None = None, norm_before_residual: bool = False,
+                      norm_before_fc: bool = False) -> Path:
+    """vLLM's speculators layout: `speculators_model_type`, transformer_layer_config, `layers.0.*`, safetensors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+              "speculators_version": "0.1.0", "transformer_layer_config": llama_layer_config(hidden, vocab),
+              "draft_vocab_size": draft_vocab, "norm_before_residual": norm_before_residual,
+              "norm_before_fc": norm_before_fc, "target_hidden_size": hidden,
+              "eagle_aux_hidden_state_layer_ids": aux_ids,
+              "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                     "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                     "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]}}}
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+# ---- the reference forward ------------------------------------------------------------------------
+
+
+def rms(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+class ReferenceEagle3:
+    """cnets.py's Model.forward + topK_genrate's chain, written out: every step recomputes all rows."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], hidden: int, taps: tuple[int, ...],
+                 target_ids: torch.Tensor | None, vocab: int, norm_before_residual: bool = False):
+        self.w = {k: v.float() for k, v in weights.items()}
+        self.hidden, self.taps, self.target_ids, self.vocab = hidden, taps, target_ids, vocab
+        self.norm_before_residual = norm_before_residual
+        config = LlamaConfig(**llama_layer_config(hidden, vocab))
+        self.rotary = LlamaRotaryEmbedding(config)
+
+    def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """(T, H) embeddings and (T, H) hidden rows -> (T, H) pre-norm outputs, causal over the T rows."""
+        w, T = self.w, embedded.shape[0]
+        head_dim = self.hidden // HEADS
+        normed_hidden = rms(hidden, w["layers.0.hidden_norm.weight"])
+        residual = normed_hidden if self.norm_before_residual else hidden
+        x = torch.cat([rms(embedded, w["layers.0.input_layernorm.weight"]), normed_hidden], -1)  # (T, 2H)
+        q = (x @ w["layers.0.self_attn.q_proj.weight"].T).view(1, T, HEADS, head_dim).transpose(1, 2)
+        k = (x @ w["layers.0.self_attn.k_proj.weight"].T).view(1, T, KV_HEADS, head_dim).transpose(1, 2)
+        v = (x @ w["layers.0.self_attn.v_proj.weight"].T).view(1, T, KV_HEADS, head_dim).transpose(1, 2)
+        cos, sin = self.rotary(v, torch.arange(T)[None])
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = k.repeat_interleave(HEADS // KV_HEADS, 1), v.repeat_interleave(HEADS // KV_HEADS, 1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)  # (1, heads, T, T)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(T, HEADS * head_dim)
+        x = residual + attended @ w["layers.0.self_attn.o_proj.weight"].T
+        h = rms(x, w["layers.0.post_attention_layernorm.weight"])
+        gate, up = h @ w["layers.0.mlp.gate_proj.weight"].T, h @ w["layers.0.mlp.up_proj.weight"].T
+        mlp = torch.nn.functional.silu(gate) * up
+        return x + mlp @ w["layers.0.mlp.down_proj.weight"].T
+
+    def target_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """(H,) -> (V,): the draft head spread onto the target vocabulary with -inf elsewhere (vLLM)."""
+        draft = rms(out, self.w["norm.weight"]) @ self.w["lm_head.weight"].T  # (V_d,)
+        if self.target_ids is None:
+            return draft
+        full = torch.full((self.vocab,), float("-inf"))
+        full[self.target_ids] = draft
+        return full
+
+    def chain(self, target, ids: torch.Tensor, k: int) -> tuple[list[int], list[torch.Tensor]]:
+        """Greedy chain of k drafts after `ids` and each step's (V,) logits."""
+        with torch.no_grad():
+            states = target(ids[None], output_hidden_states=True).hidden_states
+            embed = self.w.get("embed_tokens.weight", target.get_input_embeddings().weight.float())
+        taps = torch.cat([states[i][0, :-1].float() for i in self.taps], -1)  # (N-1, 3H): rows 0 .. N-2
+        if "input_norm.weight" in self.w:
+            taps = rms(taps, self.w["input_norm.weight"])
+        hidden = taps @ self.w["fc.weight"].T  # (N-1, H)
+        tokens = ids[1:].tolist()  # row i reads x_{i+1}
+        drafts, rows = [], []
+        for _ in range(k):
+            out = self.layer(embed[torch.tensor(tokens)], hidden)  # (T, H)
+            logits = self.target_logits(out[-1])
+            token = int(logits.argmax())
+            drafts.append(token)
+            rows.append(logits)
+            tokens.append(token)
+            hidden = torch.cat([hidden, out[-1:]])  # the next row's hidden is this row's pre-norm output
+        return drafts, rows
