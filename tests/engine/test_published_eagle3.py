@@ -211,3 +211,34 @@ def test_a_vocabulary_mismatch_and_a_foreign_format_are_refused(bare, tmp_path, 
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "config.json").write_text('{"model_type": "llama"}')
     assert "not a drafter checkpoint" in _refusal(bare, tmp_path / "g")
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+
+def _jsonl(capsys, argv: list[str]) -> list[dict]:
+    import json
+
+    from app import cli
+
+    assert cli.main(argv) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def test_run_takes_a_checkpoint_with_eagle_and_keeps_the_targets_output(capsys, target_folder, specforge):
+    common = ["run", "--jsonl", "--target", str(target_folder), "--device", "cpu", "--prompt", PROMPTS[1],
+              "--max-new-tokens", "16", "--seed", "1"]
+    alone = _jsonl(capsys, [*common, "--drafter", "none"])[-1]
+    lines = _jsonl(capsys, [*common, "--eagle", str(specforge[0]), "--drafter", "eagle", "--k", "3"])
+    drafted, passes = lines[-1], [line for line in lines if "drafted" in line]
+    assert drafted["type"] == alone["type"] == "end"
+    assert drafted["token_ids"] == alone["token_ids"]
+    assert {p["drafter"] for p in passes if p["k"]} == {"eagle"} and len(passes[0]["drafted"]) == 3
+
+
+def test_run_refuses_a_missing_checkpoint_folder_before_loading(capsys, tmp_path):
+    from app import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--prompt", "x", "--eagle", str(tmp_path / "nowhere")])
+    assert "--eagle: drafter checkpoint folder" in capsys.readouterr().err

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING
 
 from app.engine.drafters.published import eagle3
 from app.engine.drafters.published.checkpoint import PublishedHead, fetch_checkpoint, read_config
+from app.engine.drafters.published.formats import READS, checkpoint_option
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
     from app.engine.loading import LoadedModels
 
-# The formats each learned drafter reads, as --help and the README list them.
-READS: dict[str, tuple[str, ...]] = {"eagle": (eagle3.SPECFORGE, eagle3.SPECULATORS)}
 LOADERS = {"eagle3": eagle3.load}
 DRAFTER_OF = {"eagle3": "eagle"}
 
@@ -32,7 +31,7 @@ def detect(config: dict, source: str) -> str:
         return "eagle3"
     if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures.lower():
         return "eagle3"
-    known = "; ".join(f"--{name}: {', '.join(formats)}" for name, formats in READS.items())
+    known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())
     raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
 
 
@@ -43,7 +42,7 @@ def load_published(name: str, source: str, models: LoadedModels, report=None) ->
     kind = detect(config, source)
     if DRAFTER_OF[kind] != name:
         raise DrafterCheckpointError(f"{source!r} is a {DRAFTER_OF[kind]} checkpoint, given for the {name} drafter; "
-                                     f"give it with --{DRAFTER_OF[kind]}.")
+                                     f"give it with {checkpoint_option(DRAFTER_OF[kind])}.")
     head = LOADERS[kind](folder, config, source, models)
     for notice in head.notices:
         models.execution.note(notice)

@@ -45,13 +45,13 @@ from app.engine.drafters.published.checkpoint import (
     read_weights,
     verifier_notice,
 )
+from app.engine.drafters.published.formats import SPECFORGE, SPECULATORS
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
     from app.engine.loading import LoadedModels
 
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
-SPECFORGE, SPECULATORS = "EAGLE-3 (SafeAILab / SpecForge)", "EAGLE-3 (speculators)"
 UNLIMITED = 1 << 30  # EAGLE-3 attends to every earlier row: a window no sequence reaches
 # speculators flags whose layers this version does not build; a checkpoint that sets one is refused.
 UNREAD_FLAGS = ("fc_norm", "norm_output")
