@@ -180,3 +180,51 @@ class ReferenceEagle3:
             tokens.append(token)
             hidden = torch.cat([hidden, out[-1:]])  # the next row's hidden is this row's pre-norm output
         return drafts, rows
+
+
+# ---- Medusa (FasterDecoding/Medusa medusa/model/medusa_model.py) -----------------------------------
+
+
+def medusa_weights(hidden: int, vocab: int, heads: int, layers: int, seed: int) -> dict[str, torch.Tensor]:
+    """`{k}.{l}.linear.{weight,bias}` (one block repeated per head, as MedusaModel builds it) and `{k}.{L}.weight`."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for k in range(heads):
+        weight = torch.randn(hidden, hidden, generator=generator) / math.sqrt(hidden)
+        bias = 0.1 * torch.randn(hidden, generator=generator)
+        for layer in range(layers):
+            weights[f"{k}.{layer}.linear.weight"], weights[f"{k}.{layer}.linear.bias"] = weight, bias
+        weights[f"{k}.{layers}.weight"] = torch.randn(vocab, hidden, generator=generator) * 8 / math.sqrt(hidden)
+    return weights
+
+
+def write_medusa(folder: Path, weights: dict[str, torch.Tensor], heads: int, layers: int, verifier: str,
+                 layout: str = "pt") -> Path:
+    """layout "pt": medusa_lm_head.pt; "safetensors": medusa_lm_head.safetensors; "full": a full model's
+    model.safetensors with the heads under `medusa_head.` (and a stand-in base weight beside them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"medusa_num_heads": heads, "medusa_num_layers": layers, "base_model_name_or_path": verifier}
+    (folder / "config.json").write_text(json.dumps(config))
+    copies = {key: value.clone().contiguous() for key, value in weights.items()}
+    if layout == "pt":
+        torch.save(copies, folder / "medusa_lm_head.pt")
+    elif layout == "safetensors":
+        save_file(copies, str(folder / "medusa_lm_head.safetensors"))
+    else:
+        full = {f"medusa_head.{key}": value for key, value in copies.items()}
+        full["model.norm.weight"] = torch.ones(4)
+        save_file(full, str(folder / "model.safetensors"))
+    return folder
+
+
+def reference_medusa_logits(weights: dict[str, torch.Tensor], heads: int, layers: int,
+                            hidden: torch.Tensor) -> torch.Tensor:
+    """(H,) last normed hidden state -> (K, V): each head's residual blocks, then its own projection."""
+    rows = []
+    for k in range(heads):
+        x = hidden.float()
+        for layer in range(layers):
+            x = x + torch.nn.functional.silu(x @ weights[f"{k}.{layer}.linear.weight"].float().T
+                                             + weights[f"{k}.{layer}.linear.bias"].float())
+        rows.append(x @ weights[f"{k}.{layers}.weight"].float().T)
+    return torch.stack(rows)

@@ -2,6 +2,7 @@
 
     speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
     draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
+    medusa_num_heads                                      -> Medusa, FasterDecoding layout
 
 A checkpoint given for one learned drafter (`--eagle`) must be of that drafter's kind; anything else is refused
 in one line that names what is read.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.drafters.published import eagle3
+from app.engine.drafters.published import eagle3, medusa
 from app.engine.drafters.published.checkpoint import PublishedHead, fetch_checkpoint, read_config
 from app.engine.drafters.published.formats import READS, checkpoint_option
 from app.engine.errors import DrafterCheckpointError
@@ -20,8 +21,8 @@ from app.engine.errors import DrafterCheckpointError
 if TYPE_CHECKING:
     from app.engine.loading import LoadedModels
 
-LOADERS = {"eagle3": eagle3.load}
-DRAFTER_OF = {"eagle3": "eagle"}
+LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load}
+DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa"}
 
 
 def detect(config: dict, source: str) -> str:
@@ -29,6 +30,8 @@ def detect(config: dict, source: str) -> str:
     architectures = " ".join(str(a) for a in config.get("architectures") or [])
     if config.get("speculators_model_type") is not None:
         return "eagle3"
+    if "medusa_num_heads" in config:
+        return "medusa"
     if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures.lower():
         return "eagle3"
     known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
+MEDUSA = "Medusa (FasterDecoding)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
-READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS)}
+READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS), "medusa": (MEDUSA,)}
 
 
 def checkpoint_option(name: str) -> str:
