@@ -80,9 +80,13 @@ class SettingsStore:
         if not raw:
             return None
         request = json.loads(str(raw))
-        if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST):
+        if not isinstance(request, dict) or set(request) - set(DEFAULT_REQUEST) - {"drafters"}:
             raise ValueError("unexpected model request")
-        if not all(value is None or isinstance(value, str) for key, value in request.items() if key != "compile"):
+        checkpoints = request.get("drafters", {})  # published drafter checkpoints: {drafter name: hub id or folder}
+        if not isinstance(checkpoints, dict) or not all(isinstance(v, str) for v in checkpoints.values()):
+            raise ValueError("drafter checkpoints must be text")
+        if not all(value is None or isinstance(value, str) for key, value in request.items()
+                   if key not in ("compile", "drafters")):
             raise ValueError("model names, device, dtype and cache must be text")
         if request.get("compile") not in (None, True, False):
             raise ValueError("compile must be on, off or unset")

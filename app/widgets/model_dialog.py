@@ -1,4 +1,5 @@
-"""Choose a target and a drafter (preset, hub id or local folder), a device, a dtype and how they run.
+"""Choose a target and a drafter (preset, hub id or local folder), published checkpoints for the learned drafters
+(drafter_checkpoints.py), a device, a dtype and how they run.
 
 The dialog does not load anything itself: it emits `sig_load_requested` and
 the window starts a `ModelLoadThread`, which the dialog then watches for
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.execution import default_words
+from app.widgets.drafter_checkpoints import DrafterCheckpoints
 
 CUSTOM = "custom"
 PRESETS = (
@@ -88,6 +90,9 @@ class ModelDialog(QDialog):
         draft_row, self.draft_browse = _with_browse(self.draft, self._browse_into)
         form.addRow("Target", target_row)
         form.addRow("Drafter", draft_row)
+        self.checkpoints = DrafterCheckpoints()  # published EAGLE-3 / Medusa ... checkpoints for the target
+        for label, field in self.checkpoints.rows():
+            form.addRow(label, field)
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
         form.addRow("KV cache", self.cache)
@@ -152,15 +157,18 @@ class ModelDialog(QDialog):
         self.dtype.setCurrentText(request.get("dtype", "auto"))
         for combo, key in ((self.cache, "cache"), (self.compile, "compile")):
             combo.setCurrentIndex(max(0, combo.findData(request.get(key))))
+        self.checkpoints.set_values(request.get("drafters") or {})
 
     def request(self) -> dict:
         target, _ = self.preset.currentData()
-        return dict(
+        request = dict(
             target=None if target is None else (self.target.text().strip() or None),
             draft=None if target is None else (self.draft.text().strip() or None),
             device=self.device.currentText(), dtype=self.dtype.currentText(),
             cache=self.cache.currentData(), compile=self.compile.currentData(),
         )
+        checkpoints = self.checkpoints.values()
+        return dict(request, drafters=checkpoints) if checkpoints else request
 
     # --- loading ---------------------------------------------------------------------------
     def _request_load(self) -> None:
@@ -245,6 +253,7 @@ class ModelDialog(QDialog):
         for widget in (self.preset, self.target, self.target_browse, self.draft, self.draft_browse, self.device,
                        self.dtype, self.cache, self.compile, self.load_button):
             widget.setEnabled(not busy)
+        self.checkpoints.set_enabled(not busy)
         self.close_button.setVisible(not busy)
         self.cancel_button.setVisible(busy)
         if busy:

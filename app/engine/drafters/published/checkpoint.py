@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from app.engine.drafters.heads.common import HeadConfig, HeadDrafter, TargetParts, weight_of
+from app.engine.drafters.published.formats import CheckpointInfo
 from app.engine.errors import DrafterCheckpointError
 from app.engine.paths import looks_like_path
 
@@ -26,28 +27,6 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.json"
 # What a drafter repo's download takes: configs and weights in either format; nothing else is needed.
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.pt")
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """What a published checkpoint declares, as the window and the command line show it."""
-
-    format: str  # e.g. "EAGLE-3 (SafeAILab / SpecForge)"
-    drafter: str  # the drafter it runs as: "eagle", "medusa"
-    source: str  # the folder or hub id it came from
-    verifier: str = ""  # the target it says it was trained for ("" where it says nothing)
-    draft_vocab_size: int = 0
-    tap_layers: tuple[int, ...] = ()  # indices into the target's HF hidden_states (0 = embeddings)
-
-    def describe(self) -> str:
-        """One line: 'EAGLE-3 (speculators) for meta-llama/Llama-3.1-8B-Instruct, draft vocabulary 32000, taps
-        [2, 16, 29]'."""
-        parts = [self.format, f"for {self.verifier}" if self.verifier else "verifier not declared"]
-        if self.draft_vocab_size:
-            parts.append(f"draft vocabulary {self.draft_vocab_size}")
-        if self.tap_layers:
-            parts.append(f"taps {list(self.tap_layers)}")
-        return ", ".join(parts)
 
 
 @dataclass

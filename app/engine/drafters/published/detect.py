@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.drafters.published import eagle3, medusa
 from app.engine.drafters.published.checkpoint import PublishedHead, fetch_checkpoint, read_config
-from app.engine.drafters.published.formats import READS, checkpoint_option
+from app.engine.drafters.published.formats import READS, checkpoint_option, kind_of
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
@@ -26,16 +26,13 @@ DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa"}
 
 
 def detect(config: dict, source: str) -> str:
-    """The loader key of a checkpoint's config.json ("eagle3"), or a one-line refusal naming what is read."""
-    architectures = " ".join(str(a) for a in config.get("architectures") or [])
-    if config.get("speculators_model_type") is not None:
-        return "eagle3"
-    if "medusa_num_heads" in config:
-        return "medusa"
-    if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures.lower():
-        return "eagle3"
-    known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())
-    raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
+    """The loader key of a checkpoint's config.json ("eagle3", "medusa"), or a one-line refusal naming what is
+    read."""
+    kind = kind_of(config)
+    if kind is None:
+        known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())
+        raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
+    return kind
 
 
 def load_published(name: str, source: str, models: LoadedModels, report=None) -> PublishedHead:

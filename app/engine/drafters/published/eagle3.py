@@ -26,6 +26,7 @@ SpecForge's `eagle_config.eagle_aux_hidden_state_layer_ids` name layer *outputs*
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,14 +39,13 @@ from app.engine.drafters.heads.common import HeadConfig, TargetParts, TargetShap
 from app.engine.drafters.heads.eagle import EagleDrafter, EagleHead
 from app.engine.drafters.heads.layers import MLP, KeysValues, RMSNorm
 from app.engine.drafters.published.checkpoint import (
-    CheckpointInfo,
     PublishedHead,
     check_loaded,
     place,
     read_weights,
     verifier_notice,
 )
-from app.engine.drafters.published.formats import SPECFORGE, SPECULATORS
+from app.engine.drafters.published.formats import CheckpointInfo, declared
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
@@ -241,14 +241,6 @@ class DraftVocabParts(TargetParts):
 # ---- reading a checkpoint -----------------------------------------------------------------------
 
 
-def tap_layers(ids: list | None, num_layers: int, outputs: bool) -> tuple[int, ...]:
-    """HF hidden_states indices, low first (the serving engines capture them in layer order): the default h^2,
-    h^{L//2}, h^{L-3}, or the declared ids (+1 where they name layer outputs)."""
-    if not ids:
-        return (2, num_layers // 2, num_layers - 3)
-    return tuple(sorted(int(i) + (1 if outputs else 0) for i in ids))
-
-
 def vocabulary_map(weights: dict[str, torch.Tensor], shape: Eagle3Shape, source: str) -> torch.Tensor | None:
     """The target id of each draft id (V_d,), checked against t2d; None where the draft vocabulary is the target's
     own. Refuses a missing, out-of-range, repeated or inconsistent map in one line."""
@@ -286,17 +278,12 @@ def parse(config: dict, source: str, num_layers: int) -> tuple[Eagle3Shape, Chec
             raise DrafterCheckpointError(f"{source!r} is a speculators {config['speculators_model_type']!r} model; "
                                          "this version reads speculators' eagle3 drafters.")
         shape = layer_shape(dict(config.get("transformer_layer_config") or {}), config, source)
-        taps = tap_layers(config.get("eagle_aux_hidden_state_layer_ids"), num_layers, outputs=False)
-        spec = config.get("speculators_config") or {}
-        verifier = str((spec.get("verifier") or {}).get("name_or_path") or "")
-        label = SPECULATORS
     else:
         shape = layer_shape(config, config, source)
-        taps = tap_layers((config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"), num_layers,
-                          outputs=True)
-        verifier, label = str(config.get("base_model_name_or_path") or ""), SPECFORGE
-    info = CheckpointInfo(label, "eagle", source, verifier, shape.draft_vocab_size, taps)
-    return shape, info, taps
+    info = declared(config, source, num_layers)
+    assert info is not None, "an EAGLE-3 config (detect.py chose this loader)"
+    info = dataclasses.replace(info, draft_vocab_size=shape.draft_vocab_size)
+    return shape, info, info.tap_layers
 
 
 def check_target(shape: Eagle3Shape, taps: tuple[int, ...], target: TargetShape, has_embeddings: bool,

@@ -28,7 +28,6 @@ from torch import nn
 from app.engine.drafters.heads.common import HeadConfig, TargetParts, TargetShape, weight_of
 from app.engine.drafters.heads.medusa import MedusaDrafter, MedusaHeads
 from app.engine.drafters.published.checkpoint import (
-    CheckpointInfo,
     PublishedHead,
     check_loaded,
     place,
@@ -36,7 +35,7 @@ from app.engine.drafters.published.checkpoint import (
     verifier_notice,
     weight_files,
 )
-from app.engine.drafters.published.formats import MEDUSA
+from app.engine.drafters.published.formats import MEDUSA, CheckpointInfo
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
