@@ -6,8 +6,10 @@
 
     medusa -> FasterDecoding/Medusa: OUT/medusa/config.json + medusa_lm_head.pt (one residual block per head,
               the target's LM head as each head's projection): exact, loading it back drafts the same tokens.
-    eagle  -> not written: the playground's EAGLE head feeds the token embedding into its residual stream, and
-              EAGLE-3 (speculators) carries the fused features alone, so no speculators checkpoint computes it.
+    eagle  -> vLLM's speculators format (OUT/eagle/config.json + model.safetensors) for a head trained with
+              `train_heads.py --eagle-layout eagle3` (EAGLE-3's layer): exact. The playground's own EAGLE layer is
+              not written: it feeds the token embedding into its residual stream, where EAGLE-3 carries the fused
+              features alone, so no speculators checkpoint computes it.
 
 The target is loaded (on the CPU unless --device says otherwise) because the export needs its LM head and checks
 that the heads fit it.
@@ -26,8 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # Families with an exact published format; the others are named with the reason they are not written.
 NOT_EXPORTED = {
-    "eagle": "its residual stream carries the token embedding, EAGLE-3's carries the fused features alone: no "
-             "speculators checkpoint computes it",
+    "eagle": "the playground's EAGLE layer feeds the token embedding into its residual stream, EAGLE-3's carries "
+             "the fused features alone: no speculators checkpoint computes it (train with --eagle-layout eagle3)",
     "mtp": "no published format holds MTP modules apart from their target's checkpoint",
     "dflash": "not exported yet",
 }
@@ -48,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from app.engine.drafters.heads.medusa import MedusaHeads
-    from app.engine.drafters.published.medusa import export
+    from app.engine.drafters.published import eagle3, medusa
     from app.engine.errors import EngineError
     from app.engine.loading import load_models
 
@@ -58,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export_heads: {exc}", file=sys.stderr)
         return 1
     for name, spec in models.extras.items():
-        if name == "medusa":
-            assert isinstance(spec.module, MedusaHeads)
-            folder = export(spec.module, models.target.get_output_embeddings(), args.target, Path(args.out) / name)
+        if name == "medusa" and isinstance(spec.module, MedusaHeads):
+            folder = medusa.export(spec.module, models.target.get_output_embeddings(), args.target,
+                                   Path(args.out) / name)
             print(f"[export-heads] medusa -> {folder} (FasterDecoding/Medusa)", file=sys.stderr)
+        elif name == "eagle" and isinstance(spec.module, eagle3.Eagle3Head):
+            folder = eagle3.export(spec.module, spec.config, models.target, args.target, Path(args.out) / name)
+            print(f"[export-heads] eagle -> {folder} (speculators eagle3)", file=sys.stderr)
         else:
             print(f"[export-heads] {name}: not written: {NOT_EXPORTED.get(name, 'no format')}", file=sys.stderr)
     return 0

@@ -27,6 +27,7 @@ SpecForge's `eagle_config.eagle_aux_hidden_state_layer_ids` name layer *outputs*
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
 UNLIMITED = 1 << 30  # EAGLE-3 attends to every earlier row: a window no sequence reaches
+PLAYGROUND_EPS, PLAYGROUND_ROPE_THETA = 1e-6, 10000.0  # of EAGLE-3 layers trained here (heads/layers.py's values)
 # speculators flags whose layers this version does not build; a checkpoint that sets one is refused.
 UNREAD_FLAGS = ("fc_norm", "norm_output")
 
@@ -190,15 +192,31 @@ class Eagle3Head(nn.Module):
     """fc, the layer (as `layers.0`), the final norm and the draft-vocabulary head; state-dict names are the
     speculators layout's. Offers EagleHead's interface (`fuse`, `rows`, `step`, `block`, `out_norm`, `window`)."""
 
-    def __init__(self, shape: Eagle3Shape, own_embeddings: bool) -> None:
+    def __init__(self, shape: Eagle3Shape, own_embeddings: bool, own_head: bool = True) -> None:
         super().__init__()
-        self.window = UNLIMITED
+        self.shape, self.window = shape, UNLIMITED
         self.input_norm = RMSNorm(3 * shape.target_hidden_size, shape.eps) if shape.norm_before_fc else None
         self.fc = nn.Linear(3 * shape.target_hidden_size, shape.hidden_size, bias=False)
         self.layers = nn.ModuleList([Eagle3Layer(shape)])
         self.norm = RMSNorm(shape.hidden_size, shape.eps)
-        self.lm_head = nn.Linear(shape.hidden_size, shape.draft_vocab_size, bias=False)
+        # A published drafter has its own head over V_d ids; one trained here borrows the target's (heads/common.py).
+        self.lm_head = nn.Linear(shape.hidden_size, shape.draft_vocab_size, bias=False) if own_head else None
         self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size) if own_embeddings else None
+
+    @classmethod
+    def playground(cls, target: TargetShape, heads: int, intermediate: int, num_features: int = 3,
+                   window: int = UNLIMITED) -> Eagle3Head:
+        """An EAGLE-3 layer to train here (tools/train_heads.py, arch `layout: "eagle3"`): the target's
+        embeddings and LM head, 64-wide heads, so that `export` writes it as a speculators checkpoint. `window`
+        is accepted and ignored: EAGLE-3 attends to every row."""
+        if num_features != 3:
+            raise ValueError("an EAGLE-3 layer reads three target layers")
+        shape = Eagle3Shape(hidden_size=target.hidden_size, target_hidden_size=target.hidden_size, heads=heads,
+                            kv_heads=heads, head_dim=target.hidden_size // heads, intermediate=intermediate,
+                            eps=PLAYGROUND_EPS, vocab_size=target.vocab_size, draft_vocab_size=target.vocab_size,
+                            layers=1, norm_before_residual=False, norm_before_fc=False,
+                            rope={"rope_theta": PLAYGROUND_ROPE_THETA})
+        return cls(shape, own_embeddings=False, own_head=False)
 
     @property
     def block(self) -> Eagle3Layer:
@@ -318,9 +336,49 @@ def load(folder: Path, config: dict, source: str, models: LoadedModels) -> Publi
     check_loaded(module, {k: v for k, v in weights.items() if k not in ("d2t", "t2d")}, source, info.format)
     place(module, models)
     embedding = module.embed_tokens if module.embed_tokens is not None else models.target.get_input_embeddings()
+    assert module.lm_head is not None  # a published drafter has its own head
     device = module.lm_head.weight.device
     parts = DraftVocabParts(embedding, module.lm_head, None if target_ids is None else target_ids.to(device),
                             target.vocab_size)
     head_config = HeadConfig("eagle", target, taps, {}, target_name=info.verifier)
     return PublishedHead("eagle", info, module, parts, head_config, EagleDrafter,
                          verifier_notice(info, models.target_name))
+
+
+# ---- writing ours ---------------------------------------------------------------------------------
+
+
+def playground_taps(num_layers: int) -> tuple[int, ...]:
+    """The target layers an EAGLE-3 layer trained here reads: EAGLE-3's default, which vLLM reads without ids."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def export(module: Eagle3Head, config: HeadConfig, target, target_name: str, out: Path,
+           speculative_tokens: int = 3) -> Path:
+    """Write an EAGLE-3 layer trained here as a speculators checkpoint in `out`: config.json and
+    model.safetensors with the target's embeddings and LM head (draft vocabulary = the target's, so no d2t)."""
+    from safetensors.torch import save_file
+
+    shape = module.shape
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {name: tensor.detach().cpu().contiguous() for name, tensor in module.state_dict().items()}
+    weights["lm_head.weight"] = target.get_output_embeddings().weight.detach().cpu().contiguous()
+    weights["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().cpu().contiguous()
+    save_file(weights, str(out / "model.safetensors"))
+    layer = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": shape.hidden_size,
+             "intermediate_size": shape.intermediate, "num_attention_heads": shape.heads,
+             "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim, "num_hidden_layers": 1,
+             "rms_norm_eps": shape.eps, "vocab_size": shape.vocab_size, "hidden_act": "silu",
+             "max_position_embeddings": int(getattr(target.config, "max_position_embeddings", 2048)),
+             "tie_word_embeddings": False, **shape.rope}
+    verifier = {"name_or_path": target_name, "architectures": list(getattr(target.config, "architectures", []) or [])}
+    speculators = {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "transformer_layer_config": layer,
+        "draft_vocab_size": shape.draft_vocab_size, "norm_before_residual": shape.norm_before_residual,
+        "target_hidden_size": shape.target_hidden_size, "eagle_aux_hidden_state_layer_ids": list(config.feature_layers),
+        "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                               "proposal_methods": [{"proposal_type": "greedy",
+                                                     "speculative_tokens": speculative_tokens}],
+                               "verifier": verifier}}
+    (out / "config.json").write_text(json.dumps(speculators, indent=2) + "\n")
+    return out
