@@ -95,4 +95,5 @@ def test_the_speculators_export_drafts_exactly_the_same_tokens(ours, target_fold
         assert again.tokens.tolist() == original.tokens.tolist()
         torch.testing.assert_close(again.q, original.q, atol=1e-6, rtol=1e-5)
         tree, tree_again = (spec.build(ours).propose_tree(ids, 3, 10, sampler, features) for spec in (mine, exported))
-        assert tree_again.tokens.tolist() == tree.tokens.tolist() and tree_again.parents.tolist() == tree.parents.tolist()
+        assert tree_again.tokens.tolist() == tree.tokens.tolist()
+        assert tree_again.parents.tolist() == tree.parents.tolist()
