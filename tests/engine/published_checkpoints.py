@@ -131,11 +131,15 @@ class ReferenceEagle3:
 
     def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """(T, H) embeddings and (T, H) hidden rows -> (T, H) pre-norm outputs, causal over the T rows."""
-        w, T = self.w, embedded.shape[0]
-        head_dim = self.hidden // HEADS
+        w = self.w
         normed_hidden = rms(hidden, w["layers.0.hidden_norm.weight"])
         residual = normed_hidden if self.norm_before_residual else hidden
         x = torch.cat([rms(embedded, w["layers.0.input_layernorm.weight"]), normed_hidden], -1)  # (T, 2H)
+        return self.attention_and_mlp(x, residual)
+
+    def attention_and_mlp(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Llama's causal attention over rows x (T, n H) added to `residual`, then the post-norm MLP."""
+        w, T, head_dim = self.w, x.shape[0], self.hidden // HEADS
         q = (x @ w["layers.0.self_attn.q_proj.weight"].T).view(1, T, HEADS, head_dim).transpose(1, 2)
         k = (x @ w["layers.0.self_attn.k_proj.weight"].T).view(1, T, KV_HEADS, head_dim).transpose(1, 2)
         v = (x @ w["layers.0.self_attn.v_proj.weight"].T).view(1, T, KV_HEADS, head_dim).transpose(1, 2)
@@ -160,15 +164,19 @@ class ReferenceEagle3:
         full[self.target_ids] = draft
         return full
 
+    def features(self, states, taps) -> torch.Tensor:
+        """The layer's hidden rows from the target's HF hidden_states: fc over the taps, low first."""
+        fused = torch.cat([states[i][0, :-1].float() for i in taps], -1)  # (N-1, 3H)
+        if "input_norm.weight" in self.w:
+            fused = rms(fused, self.w["input_norm.weight"])
+        return fused @ self.w["fc.weight"].T
+
     def chain(self, target, ids: torch.Tensor, k: int) -> tuple[list[int], list[torch.Tensor]]:
         """Greedy chain of k drafts after `ids` and each step's (V,) logits."""
         with torch.no_grad():
             states = target(ids[None], output_hidden_states=True).hidden_states
             embed = self.w.get("embed_tokens.weight", target.get_input_embeddings().weight.float())
-        taps = torch.cat([states[i][0, :-1].float() for i in self.taps], -1)  # (N-1, 3H): rows 0 .. N-2
-        if "input_norm.weight" in self.w:
-            taps = rms(taps, self.w["input_norm.weight"])
-        hidden = taps @ self.w["fc.weight"].T  # (N-1, H)
+        hidden = self.features(states, self.taps)  # (N-1, H): rows 0 .. N-2
         tokens = ids[1:].tolist()  # row i reads x_{i+1}
         drafts, rows = [], []
         for _ in range(k):
@@ -228,3 +236,48 @@ def reference_medusa_logits(weights: dict[str, torch.Tensor], heads: int, layers
                                              + weights[f"{k}.{layer}.linear.bias"].float())
         rows.append(x @ weights[f"{k}.{layers}.weight"].float().T)
     return torch.stack(rows)
+
+
+# ---- EAGLE-1/2 (SafeAILab/EAGLE eagle/model/cnets1.py) --------------------------------------------
+
+
+def eagle1_weights(hidden: int, vocab: int, seed: int, own_embeddings: bool) -> dict[str, torch.Tensor]:
+    """cnets1.py's Model state dict: fc (H, 2H) with bias, layer 0 without input_layernorm, no norm, no head."""
+    weights = eagle3_weights(hidden, vocab, vocab, seed, own_embeddings)
+    generator = torch.Generator().manual_seed(seed + 100)
+    head_dim = hidden // HEADS
+    for name, rows in (("q_proj", HEADS), ("k_proj", KV_HEADS), ("v_proj", KV_HEADS)):
+        weights[f"layers.0.self_attn.{name}.weight"] = torch.randn(rows * head_dim, hidden,
+                                                                   generator=generator) / math.sqrt(hidden)
+    for dropped in ("layers.0.hidden_norm.weight", "layers.0.input_layernorm.weight", "norm.weight", "lm_head.weight"):
+        del weights[dropped]
+    weights["fc.weight"] = torch.randn(hidden, 2 * hidden, generator=generator) / math.sqrt(2 * hidden)
+    weights["fc.bias"] = 0.1 * torch.randn(hidden, generator=generator)
+    return weights
+
+
+def write_eagle1(folder: Path, weights: dict[str, torch.Tensor], hidden: int, vocab: int) -> Path:
+    """A plain one-layer Llama config and pytorch_model.bin, as the EAGLE-1/2 checkpoints are published."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(llama_layer_config(hidden, vocab)))
+    torch.save({**weights, "layers.0.self_attn.rotary_emb.inv_freq": torch.ones(hidden // HEADS // 2)},
+               folder / "pytorch_model.bin")
+    return folder
+
+
+class ReferenceEagle1(ReferenceEagle3):
+    """cnets1.py's Model.forward and chain: fc over [e ; f], layer 0 without input norm, the target's head."""
+
+    def __init__(self, weights, hidden: int, vocab: int, lm_head: torch.Tensor):
+        super().__init__(weights, hidden, (), None, vocab)
+        self.lm_head = lm_head.float()
+
+    def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([embedded, hidden], -1) @ self.w["fc.weight"].T + self.w["fc.bias"]  # (T, H)
+        return self.attention_and_mlp(x, x)  # no input norm: attention reads fc's output, the residual too
+
+    def target_logits(self, out: torch.Tensor) -> torch.Tensor:
+        return out @ self.lm_head.T
+
+    def features(self, states, taps) -> torch.Tensor:
+        return states[-1][0, :-1].float()  # the final normed state, rows 0 .. N-2

@@ -3,6 +3,7 @@
     speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
     draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
     medusa_num_heads                                      -> Medusa, FasterDecoding layout
+    none of these, weights with fc (H, 2H) + bias and no hidden_norm -> EAGLE-1/2 (SafeAILab)
 
 A checkpoint given for one learned drafter (`--eagle`) must be of that drafter's kind; anything else is refused
 in one line that names what is read.
@@ -13,8 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.drafters.published import eagle3, medusa
-from app.engine.drafters.published.checkpoint import PublishedHead, fetch_checkpoint, read_config
+import torch
+
+from app.engine.drafters.published import eagle1, eagle3, medusa
+from app.engine.drafters.published.checkpoint import (
+    PublishedHead,
+    fetch_checkpoint,
+    read_config,
+    read_weights,
+    weight_files,
+)
 from app.engine.drafters.published.formats import READS, checkpoint_option, kind_of
 from app.engine.errors import DrafterCheckpointError
 
@@ -22,28 +31,34 @@ if TYPE_CHECKING:
     from app.engine.loading import LoadedModels
 
 LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load}
-DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa"}
+DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle"}
 
 
-def detect(config: dict, source: str) -> str:
-    """The loader key of a checkpoint's config.json ("eagle3", "medusa"), or a one-line refusal naming what is
-    read."""
+def detect(config: dict, folder: Path, source: str) -> tuple[str, dict[str, torch.Tensor] | None]:
+    """The loader key of a checkpoint ("eagle3", "medusa", "eagle1"), and the weights where they had to be read to
+    tell (EAGLE-1/2's config is a plain one-layer Llama's: its keys say what it is), or a one-line refusal naming
+    what is read."""
     kind = kind_of(config)
-    if kind is None:
-        known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())
-        raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
-    return kind
+    if kind is not None:
+        return kind, None
+    if weight_files(folder, eagle3.WEIGHT_NAMES):
+        weights = read_weights(folder, eagle3.WEIGHT_NAMES)
+        if eagle1.is_eagle1(weights):
+            return "eagle1", weights
+    known = "; ".join(f"{checkpoint_option(name)}: {', '.join(formats)}" for name, formats in READS.items())
+    raise DrafterCheckpointError(f"{source!r} is not a drafter checkpoint this version reads ({known}).")
 
 
 def load_published(name: str, source: str, models: LoadedModels, report=None) -> PublishedHead:
     """The checkpoint `source` (folder or hub id) as the learned drafter `name`, checked against the target."""
     folder: Path = fetch_checkpoint(source, report)
     config = read_config(folder)
-    kind = detect(config, source)
+    kind, weights = detect(config, folder, source)
     if DRAFTER_OF[kind] != name:
         raise DrafterCheckpointError(f"{source!r} is a {DRAFTER_OF[kind]} checkpoint, given for the {name} drafter; "
                                      f"give it with {checkpoint_option(DRAFTER_OF[kind])}.")
-    head = LOADERS[kind](folder, config, source, models)
+    head = eagle1.load(folder, config, source, models, weights) if kind == "eagle1" else \
+        LOADERS[kind](folder, config, source, models)
     for notice in head.notices:
         models.execution.note(notice)
     return head

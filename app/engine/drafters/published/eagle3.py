@@ -119,14 +119,15 @@ def rotary_frequencies(shape: Eagle3Shape) -> tuple[torch.Tensor, float]:
 
 
 class Eagle3Attention(nn.Module):
-    """Llama attention whose q, k, v read the 2H input; grouped keys and values; explicit memory and mask."""
+    """Llama attention whose q, k, v read `width` x H inputs (2 in EAGLE-3's layer, 1 in EAGLE-1's); grouped keys
+    and values; explicit memory and mask."""
 
-    def __init__(self, shape: Eagle3Shape) -> None:
+    def __init__(self, shape: Eagle3Shape, width: int = 2) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, shape.head_dim
-        self.q_proj = nn.Linear(2 * shape.hidden_size, shape.heads * shape.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * shape.hidden_size, shape.kv_heads * shape.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * shape.hidden_size, shape.kv_heads * shape.head_dim, bias=False)
+        self.q_proj = nn.Linear(width * shape.hidden_size, shape.heads * shape.head_dim, bias=False)
+        self.k_proj = nn.Linear(width * shape.hidden_size, shape.kv_heads * shape.head_dim, bias=False)
+        self.v_proj = nn.Linear(width * shape.hidden_size, shape.kv_heads * shape.head_dim, bias=False)
         self.o_proj = nn.Linear(shape.heads * shape.head_dim, shape.hidden_size, bias=False)
         inv_freq, self.scaling = rotary_frequencies(shape)
         self.inv_freq: torch.Tensor

@@ -10,9 +10,10 @@ from pathlib import Path
 SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
 MEDUSA = "Medusa (FasterDecoding)"
+EAGLE1 = "EAGLE-1/2 (SafeAILab)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
-READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS), "medusa": (MEDUSA,)}
+READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,)}
 
 
 def checkpoint_option(name: str) -> str:
