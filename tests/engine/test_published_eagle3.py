@@ -242,3 +242,24 @@ def test_run_refuses_a_missing_checkpoint_folder_before_loading(capsys, tmp_path
     with pytest.raises(SystemExit):
         cli.main(["run", "--prompt", "x", "--eagle", str(tmp_path / "nowhere")])
     assert "--eagle: drafter checkpoint folder" in capsys.readouterr().err
+
+
+def test_a_hub_id_is_downloaded_with_progress_like_a_model(monkeypatch, bare, specforge):
+    """Offline: the hub download is replaced by one that counts bytes through the progress class it is given."""
+    import huggingface_hub
+
+    asked, reports = {}, []
+
+    def download(repo_id, allow_patterns, tqdm_class):
+        asked.update(repo_id=repo_id, patterns=allow_patterns)
+        bar = tqdm_class(total=2 * 2**20, unit="B")
+        bar.update(2**20)
+        bar.update(2**20)
+        return str(specforge[0])
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    head = load_published("eagle", "some-org/EAGLE3-tiny", bare, lambda fraction, message: reports.append(
+        (fraction, message)))
+    assert asked == {"repo_id": "some-org/EAGLE3-tiny", "patterns": ["*.json", "*.safetensors", "*.bin", "*.pt"]}
+    assert reports[-1] == (1.0, "downloading some-org/EAGLE3-tiny: 2.0 of 2.0 MB")
+    assert head.info.source == "some-org/EAGLE3-tiny" and head.info.format == "EAGLE-3 (SafeAILab / SpecForge)"
