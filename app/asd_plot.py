@@ -1,6 +1,6 @@
-"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench --asd --plot`.
+"""The ASD frontier as a PNG, drawn with pyqtgraph offscreen (no window needed): `python -m app bench asd --plot`.
 
-Reads the JSON of `app/engine/asd_sweep.py` (a dict), so a committed sweep can be redrawn without rerunning it:
+Reads the JSON of `app/bench/asd.py` (a dict), so a committed sweep can be redrawn without rerunning it:
 
     python -m app.asd_plot docs/asd-frontier.json docs/asd-frontier.png
 """

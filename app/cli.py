@@ -2,7 +2,8 @@
 
     python -m app                       open the window
     python -m app run --prompt "..."    print the text, or JSON lines with --jsonl
-    python -m app bench                 compare every method with autoregressive and HF generate
+    python -m app bench methods         compare every method with autoregressive and HF generate
+    python -m app bench trees | asd     chains against trees; ASD's speed / fidelity sweep
     python -m app screenshot PATH       render the window after a real generation
 
 Options before any subcommand belong to `gui`: `python main.py --target FOLDER` opens the window on FOLDER.
@@ -19,7 +20,7 @@ from typing import NoReturn
 from app import __version__
 from app.engine.drafters.published.formats import READS, checkpoint_option, checkpoints_from
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
-from app.engine.execution import CACHE_MODES, check_execution, default_words
+from app.engine.runtime.execution import CACHE_MODES, check_execution, default_words
 from app.engine.settings import NO_DRAFTER, SettingsError
 
 DRAFTER_CHOICES = (*DRAFTER_NAMES, NO_DRAFTER)
@@ -100,8 +101,8 @@ def execution_request(args) -> dict:
 def load_steps(args) -> LoadSteps | None:
     """The loader's progress on stderr when the models will be compiled: the compiles take minutes, and each
     step says what is being compiled. Other loads take seconds and say nothing."""
-    from app.engine.execution import resolve_execution
-    from app.engine.loading import resolve_device
+    from app.engine.runtime.devices import resolve_device
+    from app.engine.runtime.execution import resolve_execution
 
     compiles = resolve_execution(args.cache, args.compile, resolve_device(args.device)).compiles
     return LoadSteps() if compiles else None
@@ -186,48 +187,36 @@ def build_parser() -> CommandLineParser:
     _add_model_options(run)
     _add_execution_options(run)
     _add_decode_options(run)
-    bench = commands.add_parser("bench", help="benchmark against autoregressive decoding and HF generate",
+    bench = commands.add_parser("bench", help="measure: methods, trees or asd (bench KIND --help for each)",
                                 formatter_class=HelpWithDefaults)
-    bench.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
-    _add_repetition_options(bench.add_argument_group("repetition controls (our methods and Hugging Face's alike)"))
-    bench.add_argument("--repeats", type=_whole_number(1),
-                       help="interleaved repeats after one warm-up (default: 3; 1 with --quick)")
-    bench.add_argument("--quick", action="store_true",
-                       help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
-                            "methods; rough figures, not a measurement")
-    bench.add_argument("--prompts", help="JSON prompt set: a list like the committed assets/bench/prompts.json (the "
-                       "default), or a held-out set like tools/demo_training/heldout_prompts.json")
-    bench.add_argument("--only", action="append",
-                       help="run only these methods besides ours:autoregressive; repeat for more (default: all)")
-    bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")
-    bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
-    bench.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                       help="a progress bar with the time left on stderr (default: when stderr is a terminal)")
-    trees = bench.add_argument_group("chain against tree (--trees)")
-    trees.add_argument("--trees", action="store_true",
-                       help="compare each drafter's chain with its token trees (docs/ALGORITHMS.md §9) instead of "
-                            "the methods")
-    trees.add_argument("--tree-budgets", type=_number_list(int), help="node budgets N (default: 4,8,16,32)")
-    trees.add_argument("--tree-drafter", action="append", choices=DRAFTER_NAMES,
+    kinds = bench.add_subparsers(dest="bench_command", required=True, metavar="KIND",
+                                 parser_class=CommandLineParser)
+    methods = kinds.add_parser("methods", help="every method against autoregressive decoding and HF generate",
+                               formatter_class=HelpWithDefaults)
+    methods.add_argument("--only", action="append",
+                         help="run only these methods besides ours:autoregressive; repeat for more (default: all)")
+    _add_repetition_options(methods.add_argument_group("repetition controls (our methods and Hugging Face's alike)"))
+    trees = kinds.add_parser("trees", help="each drafter's chain against its token trees (docs/ALGORITHMS.md §9)",
+                             formatter_class=HelpWithDefaults)
+    trees.add_argument("--budgets", dest="tree_budgets", type=_number_list(int),
+                       help="node budgets N (default: 4,8,16,32)")
+    trees.add_argument("--drafter", dest="tree_drafter", action="append", choices=DRAFTER_NAMES,
                        help="drafters to compare, repeatable (default: draft-model, eagle, medusa, prompt-lookup)")
-    asd = bench.add_argument_group("ASD sweep (--asd)")
-    asd.add_argument("--asd", action="store_true",
-                     help="sweep ASD's B, g and M for each drafter against strict greedy: speed and fidelity, "
-                          "the frontier, the defaults marked (--quick: B in 0,8,inf, g 0.25, M 2)")
+    asd = kinds.add_parser("asd", help="sweep ASD's B, g and M for each drafter against strict greedy: speed and "
+                           "fidelity, the frontier, the defaults marked", formatter_class=HelpWithDefaults)
     asd.add_argument("--budgets", type=_number_list(float), help="B values, e.g. 0,8,inf "
-                     "(default: 0,1,2,4,8,16,32,inf)")
-    asd.add_argument("--gates", type=_number_list(float), help="g values (default: 0.1,0.25,0.5,1)")
-    asd.add_argument("--caps", type=_number_list(int), help="M values (default: 1,2,4)")
-    asd.add_argument("--asd-drafter", action="append", choices=DRAFTER_NAMES,
+                     "(default: 0,1,2,4,8,16,32,inf; --quick: 0,8,inf)")
+    asd.add_argument("--gates", type=_number_list(float), help="g values (default: 0.1,0.25,0.5,1; --quick: 0.25)")
+    asd.add_argument("--caps", type=_number_list(int), help="M values (default: 1,2,4; --quick: 2)")
+    asd.add_argument("--drafter", dest="asd_drafter", action="append", choices=DRAFTER_NAMES,
                      help="drafter to sweep; repeat for more (default: draft-model, eagle, medusa, prompt-lookup, "
                           "those available)")
     asd.add_argument("--max-prompts", type=_whole_number(1), help="only the first N prompts (default: all)")
     asd.add_argument("--max-new-tokens", type=_whole_number(1),
                      help="cut every prompt to at most N new tokens (default: each prompt's own)")
     asd.add_argument("--plot", help="also draw the frontier to this PNG (default: no picture)")
-    _add_model_options(bench)
-    _add_execution_options(bench)
+    for kind in (methods, trees, asd):
+        _add_bench_options(kind)
     shot = commands.add_parser("screenshot", help="render the window after a real generation to a PNG",
                                formatter_class=HelpWithDefaults)
     shot.add_argument("path")
@@ -235,8 +224,28 @@ def build_parser() -> CommandLineParser:
     shot.add_argument("--size", type=_window_size, default=(1500, 950), metavar="WxH",
                       help="window size in pixels (default: 1500x950)")
     _add_model_options(shot)
-    parser.commands = {"gui": gui, "run": run, "bench": bench, "screenshot": shot}
+    parser.commands = {"gui": gui, "run": run, "bench": bench, "screenshot": shot,
+                       "bench methods": methods, "bench trees": trees, "bench asd": asd}
     return parser
+
+
+def _add_bench_options(bench: argparse.ArgumentParser) -> None:
+    """What every kind of bench takes: the models, how they run, the prompts, the repeats and the output."""
+    bench.add_argument("--k", type=int, default=4, help="draft tokens per pass, 1 to 64")
+    bench.add_argument("--repeats", type=_whole_number(1),
+                       help="interleaved repeats after one warm-up (default: 3; 1 with --quick)")
+    bench.add_argument("--quick", action="store_true",
+                       help="a first look in about a minute: 2 prompts cut to 32 new tokens, 1 repeat, the main "
+                            "methods; rough figures, not a measurement")
+    bench.add_argument("--prompts", help="JSON prompt set: a list like the committed assets/bench/prompts.json (the "
+                       "default), or a held-out set like tools/train/demo_training/heldout_prompts.json")
+    bench.add_argument("--json", dest="json_path", help="also write the results as JSON here (default: no file)")
+    bench.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    bench.add_argument("--threads", type=_whole_number(1), help="torch CPU threads (default: torch's choice)")
+    bench.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       help="a progress bar with the time left on stderr (default: when stderr is a terminal)")
+    _add_model_options(bench)
+    _add_execution_options(bench)
 
 
 def _number_list(kind):
@@ -333,7 +342,7 @@ def drafter_checkpoints(args) -> dict[str, str]:
 def check_device(args) -> None:
     """The device exists here and the dtype is known (imports torch, loads nothing)."""
     from app.engine.errors import ModelLoadError
-    from app.engine.loading import resolve_device, resolve_dtype
+    from app.engine.runtime.devices import resolve_device, resolve_dtype
 
     try:
         resolve_dtype(args.dtype, resolve_device(args.device))
@@ -403,10 +412,7 @@ def run_bench(args, fail=None) -> int:
     fail = fail or _fail
     try:
         DecodeSettings(drafters=(), k=args.k)  # the rule K obeys in every run
-        repetition = repetition_from_args(args)
-        if args.asd and repetition.active:
-            raise SettingsError("--repetition-penalty and --no-repeat-ngram-size apply to the benchmark, not to "
-                                "the ASD sweep (--asd)")
+        repetition = repetition_from_args(args) if args.bench_command == "methods" else None
         if args.prompts and not Path(args.prompts).expanduser().is_file():
             raise SettingsError(f"--prompts: no file {args.prompts!r}")
         check_model_paths(args)
@@ -418,7 +424,7 @@ def run_bench(args, fail=None) -> int:
 
     import torch
 
-    from app.engine import bench
+    from app.bench import methods as bench
 
     try:
         prompts = bench.load_prompts(Path(args.prompts).expanduser()) if args.prompts else bench.load_prompts()
@@ -427,20 +433,19 @@ def run_bench(args, fail=None) -> int:
     if not prompts:
         fail(f"--prompts: {args.prompts!r} holds no prompt")
     repeats = args.repeats or (1 if args.quick else 3)
-    only = set(args.only or ())
     if args.quick:
         prompts = bench.quick_prompts(prompts)
-        only = only or set(bench.QUICK_METHODS)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.progress is not False:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our bar is the one to watch
-    if args.asd:
+    if args.bench_command == "asd":
         return run_asd_sweep(args, prompts, fail)
-    if args.trees:
+    if args.bench_command == "trees":
         return run_tree_comparison(args, prompts, repeats)
+    only = set(args.only or ()) or (set(bench.QUICK_METHODS) if args.quick else set())
     models = load_bench_models(args)
     with ProgressBar(args.progress) as (progress, step):
         results = bench.benchmark(models, prompts, k=args.k, repeats=repeats, only=only, progress=progress, step=step,
@@ -472,11 +477,11 @@ def load_bench_models(args):
 
 
 def run_tree_comparison(args, prompts, repeats: int) -> int:
-    """`bench --trees`: each drafter's chain against its trees (app/engine/tree_bench.py)."""
+    """`bench trees`: each drafter's chain against its trees (app/bench/trees.py)."""
     import json
     from dataclasses import asdict
 
-    from app.engine import tree_bench
+    from app.bench import trees as tree_bench
 
     models = load_bench_models(args)
     with ProgressBar(args.progress) as (progress, step):
@@ -492,13 +497,14 @@ def run_tree_comparison(args, prompts, repeats: int) -> int:
 
 
 def run_asd_sweep(args, prompts, fail) -> int:
-    """`bench --asd`: the sweep of app/engine/asd_sweep.py, its table, JSON and frontier picture."""
+    """`bench asd`: the sweep of app/bench/asd.py, its table, JSON and frontier picture."""
     import platform
     import time
 
     import torch
 
-    from app.engine import asd_sweep, bench
+    from app.bench import asd as asd_sweep
+    from app.bench import methods as bench
     from app.engine.settings import AsdSettings
 
     quick = args.quick
@@ -591,13 +597,14 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     command = args.command or "gui"
     if unknown:  # named by the subcommand's parser, whose --help lists what it takes
-        (parser.commands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        named = f"bench {args.bench_command}" if args.command == "bench" else args.command
+        (parser.commands.get(named) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     _never_fail_on_output()
     try:
         if command == "run":
             return run_headless(args, parser.commands["run"].error)
         if command == "bench":
-            return run_bench(args, parser.commands["bench"].error)
+            return run_bench(args, parser.commands[f"bench {args.bench_command}"].error)
         if command == "screenshot":
             try:
                 check_model_paths(args)

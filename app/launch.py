@@ -31,7 +31,7 @@ class HistoryOutOfCollector(QObject):
     frozen, it is simply never walked. Freezing before a run's thread starts also keeps a collection that
     happens on that thread (the engine's own gc.collect after an out-of-memory error) from finalising Qt
     objects left over from earlier, which can deadlock it with the GUI thread. Whatever opens a window
-    (the entry points here, the tests, tools/soak.py) installs this policy on its session.
+    (the entry points here, the tests, tools/measure/soak.py) installs this policy on its session.
     """
 
     def __init__(self, session: Session) -> None:

@@ -5,7 +5,7 @@ them, updates per-pass series in growing NumPy arrays and marks itself
 dirty. A ~30 Hz timer then emits `sig_refresh` once, and the widgets redraw
 from the session's state — never once per token.
 
-Every figure comes from `app/engine/stats.py` (docs/ALGORITHMS.md §7): the
+Every figure comes from `app/engine/core/stats.py` (docs/ALGORITHMS.md §7): the
 cumulative ones are the engine's own (`event.stats`), the per-drafter, rolling
 and per-position ones are computed here by the same classes. alpha = accepted /
 (accepted + passes that ended in a rejection), the α of E(α, K); the acceptance
@@ -26,6 +26,16 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.engine.core.stats import (
+    PositionAcceptance,
+    RankAcceptance,
+    RollingAcceptance,
+    expected_tokens_per_pass,
+    expected_tree_tokens,
+    predicted_speedup,
+    rank_paths,
+    speedup_with_verify_cost,
+)
 from app.engine.events import (
     ACCEPTED,
     ASD_EXCEPTION,
@@ -35,16 +45,6 @@ from app.engine.events import (
     RunningStats,
     StartEvent,
     to_json_line,
-)
-from app.engine.stats import (
-    PositionAcceptance,
-    RankAcceptance,
-    RollingAcceptance,
-    expected_tokens_per_pass,
-    expected_tree_tokens,
-    predicted_speedup,
-    rank_paths,
-    speedup_with_verify_cost,
 )
 
 REFRESH_MS = 33

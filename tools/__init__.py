@@ -1,5 +1,5 @@
-"""Reproducible scripts: rebuilding the demo models and heads, measuring drafters, soak tests.
+"""Reproducible scripts, run as modules from the repository root: `python -m tools.train.…` rebuilds the demo
+models and heads, `python -m tools.measure.…` measures; `tools/options.py` holds the options they share.
 
-A package, so tests import these modules (`from tools import soak`) instead of loading files by path;
-each script also runs as `python tools/NAME.py`.
+A package, so tests import these modules (`from tools.measure import soak`) instead of loading files by path.
 """

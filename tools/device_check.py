@@ -10,14 +10,14 @@ extra). Every model is built offline with random weights (tests/fixtures). Secti
 DIR/device_check.json as soon as it ends (a later failure or a timeout keeps the earlier ones):
 
 - checks: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on several
-  architectures; a divergence is classified as a numerical tie or a real mismatch, app/engine/identity.py);
+  architectures; a divergence is classified as a numerical tie or a real mismatch, app/engine/core/identity.py);
   chi-square losslessness of speculative sampling (the first two sampled tokens against the target's exact
   joint distribution); ASD on the device against the same run on the CPU; the KV cache after random
   rollbacks against a full recompute.
-- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/half_precision.py).
+- half_precision: bfloat16 divergence statistics of the stand-ins on the device (tools/measure/half_precision.py).
 - timing: the Qwen2.5-0.5B and Llama-3.2-1B shapes (tests/fixtures/real_shapes.py) in the device's dtype,
   ours autoregressive, with prompt lookup and with a draft model (a 2-layer stand-in of the same
-  vocabulary), each eager on the dynamic cache and on the fast path (app/engine/execution.py: the static
+  vocabulary), each eager on the dynamic cache and on the fast path (app/engine/runtime/execution.py: the static
   cache, compiled with CUDA graphs on CUDA; on the CPU the static cache alone, as compiling is off there by
   default), beside `model.generate` without and with `assistant_model`, and `model.generate` with its own
   static cache, eager and (on CUDA) compiled: ms per token, the warm-up (compiles) apart, and the
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
+from tools.measure.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
 
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
@@ -76,7 +76,7 @@ class Sizes:
 def execution_modes(device, compiled: bool) -> dict:
     """The modes a check runs: eager on each cache, and, with `compiled`, compiled on CUDA (its default there;
     compiling takes minutes, so the checks compile for one architecture)."""
-    from app.engine.execution import Execution
+    from app.engine.runtime.execution import Execution
 
     modes = {"eager dynamic": Execution("dynamic"), "eager static": Execution("static")}
     if compiled and device.type == "cuda":
@@ -92,9 +92,9 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
 
     import torch
 
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.fidelity import first_divergence
-    from app.engine.identity import classify, logits_at
+    from app.engine.core.fidelity import first_divergence
+    from app.engine.core.identity import classify, logits_at
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings
 
@@ -127,7 +127,7 @@ def check_greedy_identity(pairs: dict, device: str, sizes: Sizes) -> dict:
 
 def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
     """Speculative sampling on the device draws the first two tokens from the target's own distribution."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import DecodeSettings, SamplingSettings
     from tests.engine.helpers import chi_square_pvalue, first_two_distribution  # the suite's own check
@@ -153,7 +153,7 @@ def check_chi_square(pair, device: str, sizes: Sizes) -> dict:
 
 def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
     """ASD on the device commits what it commits on the CPU, with the same ledger."""
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
     from app.engine.settings import AsdSettings, DecodeSettings
 
@@ -179,8 +179,8 @@ def check_asd_against_cpu(pair, device: str, sizes: Sizes) -> dict:
 
 def check_cache(pairs: dict, device: str, sizes: Sizes) -> dict:
     """Cached logits after random rollbacks equal a full recompute without a cache, in every execution mode."""
-    from app.engine.cached_model import CachedModel
     from app.engine.loading import load_models
+    from app.engine.runtime.cached_model import CachedModel
 
     rows = []
     for arch, (target, _) in pairs.items():
@@ -218,9 +218,9 @@ def time_shape(key: str, device: str, dtype, sizes: Sizes, hbm_gbps: float, tiny
 
     import torch
 
-    from app.engine.bench import BenchPrompt, hf, ours
-    from app.engine.decoder import SpeculativeDecoder
-    from app.engine.execution import resolve_execution
+    from app.bench.methods import BenchPrompt, hf, ours
+    from app.engine.decoding.decoder import SpeculativeDecoder
+    from app.engine.runtime.execution import resolve_execution
     from tests.fixtures.real_shapes import stand_in, weight_bytes
 
     if torch.device(device).type == "cuda":
@@ -352,7 +352,7 @@ def run(args: argparse.Namespace) -> dict:
 
     def half() -> dict:
         from tests.fixtures.architectures import ARCHITECTURES
-        from tools.half_precision import markdown, measure
+        from tools.measure.half_precision import markdown, measure
 
         result = measure("bfloat16", sizes.half_tokens, sizes.k, sizes.half_archs or list(ARCHITECTURES),
                          device=args.device, prompts=HALF_PROMPTS[: sizes.half_prompts])

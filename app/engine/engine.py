@@ -22,7 +22,7 @@ from app.engine.events import Event
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, RepetitionSettings
 
 if TYPE_CHECKING:
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import LoadedModels
     from app.engine.race import RaceEvent, RaceResult
 
@@ -43,7 +43,7 @@ class ModelsSummary:
     default_exit_layer: int
     context_length: int
     has_chat_template: bool = False  # the target tokenizer can wrap a prompt as a chat turn
-    execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/execution.py)
+    execution: str = "dynamic cache"  # how the models run: cache kind, ", compiled" (app/engine/runtime/execution.py)
     suggested_repetition: RepetitionSettings = RepetitionSettings()  # the family's starting repetition controls
 
     @classmethod
@@ -92,7 +92,7 @@ class LocalEngine:
     """The engine in this process: loaded models, their decoder, and races on the same models."""
 
     def __init__(self, models: LoadedModels, decoder: SpeculativeDecoder | None = None) -> None:
-        from app.engine.decoder import SpeculativeDecoder  # here: the contract imports without torch
+        from app.engine.decoding.decoder import SpeculativeDecoder  # here: the contract imports without torch
 
         self.models = models
         self.decoder = decoder if decoder is not None else SpeculativeDecoder(models)

@@ -102,7 +102,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class RunningStats:
-    """Cumulative figures of a request, computed by `app/engine/stats.py` (docs/ALGORITHMS.md §7)."""
+    """Cumulative figures of a request, computed by `app/engine/core/stats.py` (docs/ALGORITHMS.md §7)."""
 
     alpha: float | None  # accepted / (accepted + passes that ended in a rejection): the α of E(α, K)
     tokens_per_pass: float
@@ -145,7 +145,7 @@ class PassDetail:
 
 @dataclass(frozen=True)
 class ExecutionMode:
-    """How the target runs (app/engine/execution.py): its KV cache and whether its short forwards are compiled."""
+    """How the target runs (runtime/execution.py): its KV cache and whether its short forwards are compiled."""
 
     cache: str = "dynamic"  # dynamic | static
     compiled: bool = False

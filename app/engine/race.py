@@ -13,7 +13,7 @@ differently, so the result reports where the token sequences first differ and
 their token edit distance. Where identity is promised, `identity` says
 "identical", or whether the first divergence was a numerical tie of the
 target's top two logits (half precision rounds one-token and K+1-token
-forwards differently) or a real mismatch (app/engine/identity.py).
+forwards differently) or a real mismatch (app/engine/core/identity.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from app.engine.core.fidelity import edit_distance, first_divergence
+from app.engine.core.identity import Identity
 from app.engine.events import AsdSummary, EndEvent, Event, RunningStats
-from app.engine.fidelity import edit_distance, first_divergence
-from app.engine.identity import Identity
 from app.engine.settings import DecodeSettings, GenerationControl, LiveSettings, RepetitionSettings
 
 PLAIN = "plain"
@@ -53,7 +53,7 @@ class LaneResult:
     passes: int
     wall_s: float  # the lane's own clock at its end
     error: str | None = None
-    stats: RunningStats | None = None  # the lane's end figures (app/engine/stats.py)
+    stats: RunningStats | None = None  # the lane's end figures (app/engine/core/stats.py)
     asd: AsdSummary | None = None  # ASD: exceptions, regret spent, reuse and passes saved (docs/ALGORITHMS.md §5.6)
 
     @property
@@ -140,7 +140,7 @@ class Race:
     def generate(self, prompt: str, live: LiveSettings | DecodeSettings, control: GenerationControl | None = None,
                  chat_template: bool = False) -> Iterator[RaceEvent | RaceResult]:
         """Validate now (raising like `SpeculativeDecoder.generate`), then stream the interleaved lanes."""
-        from app.engine.decoder import SpeculativeDecoder  # here: the race's data types import without torch
+        from app.engine.decoding.decoder import SpeculativeDecoder  # here: the race's data types import without torch
 
         settings = live.get() if isinstance(live, LiveSettings) else live  # one set-up for the whole race
         control = control or GenerationControl()
@@ -165,7 +165,7 @@ class Race:
     def _identity(self, plain: LaneResult, speculative: LaneResult, prompt_ids: list[int] | None,
                   repetition: RepetitionSettings | None = None) -> Identity | None:
         """Identical, or the first divergence judged on the target's logits after the plain lane's context."""
-        from app.engine.identity import classify, logits_at
+        from app.engine.core.identity import classify, logits_at
 
         if plain.error or speculative.error:
             return None

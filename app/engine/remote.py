@@ -345,7 +345,7 @@ def serve(conn, threads: int | None) -> None:
     import transformers.tokenization_utils_tokenizers  # noqa: F401
     from transformers.utils import logging as hf_logging
 
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
     from app.engine.loading import load_models
 
     hf_logging.disable_progress_bar()  # the window shows load progress; the terminal need not

@@ -59,7 +59,7 @@ class SamplingSettings:
 class RepetitionSettings:
     """Repetition controls applied to target and drafter logits alike, before any warping, under every rule.
 
-    Hugging Face's semantics (docs/ALGORITHMS.md §4.5; computed in app/engine/repetition.py).
+    Hugging Face's semantics (docs/ALGORITHMS.md §4.5; computed in app/engine/core/repetition.py).
     """
 
     penalty: float = 1.0  # logits of tokens already in the context: < 0 times penalty, else over it; 1.0 = off

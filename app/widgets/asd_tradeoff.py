@@ -1,6 +1,6 @@
 """The ASD trade-off view: the speed / fidelity frontier of the last bench, and where the knobs g, M, B sit on it.
 
-Reads the JSON that `python -m app bench --asd --json FILE` writes (app/engine/asd_sweep.py; the committed one is
+Reads the JSON that `python -m app bench asd --json FILE` writes (app/bench/asd.py; the committed one is
 docs/asd-frontier.json) and draws it with app/asd_plot.py's `draw_frontier`: x = tokens/s relative to strict greedy
 with the same drafter, y = mean log-probability delta per token against it (docs/ALGORITHMS.md §5.6), one colour per
 drafter, the defaults as stars; the key stands at the top of the side column, off the points. The drafter panel's
@@ -28,7 +28,7 @@ from app.engine.settings import AsdSettings
 from app.widgets import scrolled
 
 DEFAULT_SWEEP = Path(app.__file__).resolve().parent.parent / "docs" / "asd-frontier.json"
-NO_SWEEP = ("No ASD sweep to show: {why}. Run `python -m app bench --asd --json FILE` and open it with "
+NO_SWEEP = ("No ASD sweep to show: {why}. Run `python -m app bench asd --json FILE` and open it with "
             "File → Open ASD sweep…")
 CAPTION = ("Each point is one (B, g, M) measured by the bench on its prompts; the ring marks the points at the "
            "drafter panel's knobs. A run here is not placed on the x axis: its speed against strict greedy would "

@@ -1,6 +1,6 @@
 """Live charts of a run (pyqtgraph): one `setData` per curve per refresh tick, from NumPy slices.
 
-Every figure is read from the session, which has it from app/engine/stats.py
+Every figure is read from the session, which has it from app/engine/core/stats.py
 (docs/ALGORITHMS.md §6-§7). Plots: alpha = accepted / (accepted + passes that
 ended in a rejection) per pass (rolling and cumulative, one colour per
 drafter) with the acceptance rate accepted / drafted dotted beside it; tokens

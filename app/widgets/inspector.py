@@ -7,7 +7,7 @@ sampling also p/q, min(1, p/q) and u, under ASD the checks with the suffix
 value v_i = K − i) and a last row for the token the target appended; under
 it, for the selected row under sampling, a 0–1 strip with min(1, p/q)
 marked and u as a dot (kept iff the dot lies left of the mark), the ASD
-ledger and a plain-language paragraph (`app.engine.explain`). On the right
+ledger and a plain-language paragraph (`app.teaching.explain`). On the right
 bars of the top of p (target) and q (drafter) at the selected row with the
 drafted token outlined, and at the first rejection under sampling the
 residual norm(max(0, p - q)) in which the sampled replacement always has a
@@ -19,7 +19,7 @@ token. The table's rows are then the tree's main line (the path, then the
 first rejected child at its end); selecting a row outlines its node, and
 clicking a node of the main line selects its row.
 
-Every number comes from the event (see `app.engine.explain.inspect_pass`);
+Every number comes from the event (see `app.teaching.explain.inspect_pass`);
 cells keep the exact float in `VALUE_ROLE` so tests can compare them.
 """
 
@@ -48,7 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.events import PassEvent, TokenProb
-from app.engine.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
+from app.teaching.explain import PassInspection, PositionView, explain_pass, inspect_pass, residual_bars
 from app.widgets import scrolled
 from app.widgets import token_style as ts
 from app.widgets.token_style import number_text, token_label

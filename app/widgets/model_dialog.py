@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.execution import default_words
+from app.engine.runtime.execution import default_words
 from app.widgets.drafter_checkpoints import DrafterCheckpoints
 
 CUSTOM = "custom"
@@ -41,7 +41,7 @@ PRESETS = (
 )
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# How the models run (app/engine/execution.py): the label shown, the request's value (None: the device's default).
+# How the models run (engine/runtime/execution.py): the label shown, the request's value (None: the device's default).
 CACHES = ((f"auto ({default_words(0)})", None), ("dynamic", "dynamic"), ("static", "static"))
 COMPILE = ((f"auto ({default_words(1)})", None), ("on", True), ("off", False))
 TARGET_HINT = "hub id (org/name) or local folder"
@@ -134,7 +134,7 @@ class ModelDialog(QDialog):
         self.target.setPlaceholderText("bundled demo family" if target is None else TARGET_HINT if custom else "")
 
     def _auto_words(self) -> None:
-        """Each "auto" says what it becomes with the other choice as it stands (app/engine/execution.py)."""
+        """Each "auto" says what it becomes with the other choice as it stands (app/engine/runtime/execution.py)."""
         compiled = self.compile.currentData() is True
         self.cache.setItemText(0, CACHE_AUTO_COMPILED if compiled else CACHES[0][0])
         dynamic = self.cache.currentData() == "dynamic"

@@ -15,7 +15,7 @@ stands on a line of its own, with the details under it, above the lanes.
 
 Under ASD the plain lane is strict greedy's output (ASD is greedy-based), so
 once the race is shown the speculative lane marks its tokens that the
-alignment with the plain lane (`app.engine.fidelity.changed_positions`) does
+alignment with the plain lane (`app.engine.core.fidelity.changed_positions`) does
 not match, underlines the first divergence and states the regret spent.
 Greedy lanes must be identical and sampled lanes draw differently, so
 neither is marked.
@@ -43,8 +43,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.core.fidelity import changed_positions
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, AsdSummary, EndEvent, PassEvent, StartEvent
-from app.engine.fidelity import changed_positions
 from app.engine.race import LANES, PLAIN, SPECULATIVE, RaceEvent, RaceResult
 from app.widgets import token_style as ts
 
@@ -486,7 +486,7 @@ def _budget(asd: AsdSummary) -> str:
 
 
 def _acceptance_text(lane) -> str:
-    """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/stats.py)."""
+    """The speculative lane's α, acceptance rate and tokens per pass against E(α, K) (app/engine/core/stats.py)."""
     stats = lane.stats
     if stats is None or stats.alpha is None:
         return ""

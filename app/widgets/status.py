@@ -2,7 +2,7 @@
 run goes (tokens/s, alpha, passes).
 
 alpha = accepted / (accepted + passes that ended in a rejection) and the acceptance rate = accepted /
-drafted are the engine's (app/engine/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
+drafted are the engine's (app/engine/core/stats.py, docs/ALGORITHMS.md §7.1-§7.2).
 
 Nothing here widens the window: every text shrinks with "…" (its full text in the tooltip) when the bar is
 short of room, the message first, then the models and the device, the figures of the run last.
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.engine import ModelsSummary
 from app.engine.events import ExecutionMode
-from app.engine.execution import mode_label
+from app.engine.runtime.execution import mode_label
 
 EXECUTION_TIP = ("How the models run: a dynamic KV cache grows and is cropped; a static one is preallocated and "
                  "rolled back by moving its write position;\ncompiled: the short forwards run through torch.compile "

@@ -2,7 +2,7 @@
 
 With i.i.d. acceptance alpha, K drafts per pass, c = draft time per drafted
 token over one target forward of one token and v = verify forward over one
-target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/stats.py):
+target forward (docs/ALGORITHMS.md §6-§7; every figure from app/engine/core/stats.py):
 
     E(alpha, K)          = (1 - alpha^(K+1)) / (1 - alpha)     tokens per pass
     speedup(alpha, K, c) = E(alpha, K) / (K c + 1)              (and E / (K c + v))
@@ -39,8 +39,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.engine.settings import MAX_K
-from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup, speedup_with_verify_cost
 from app.widgets import on_screen
 from app.widgets.throttle import MIN_REDRAW_MS, RedrawThrottle
 

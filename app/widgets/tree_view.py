@@ -28,7 +28,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, Q
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from app.engine.events import ACCEPTED, CLIPPED, NOT_REACHED, REJECTED, AppendedToken, PassEvent, TreeNode
-from app.engine.explain import branch_count, tested_count
+from app.teaching.explain import branch_count, tested_count
 from app.widgets import token_style as ts
 from app.widgets.token_style import token_label
 

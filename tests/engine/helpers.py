@@ -7,10 +7,10 @@ from collections import Counter
 import torch
 from scipy.stats import chisquare
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.repetition import process_rows
+from app.engine.core.sampling import TokenSampler, warp_probs
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, PassEvent
-from app.engine.repetition import process_rows
-from app.engine.sampling import TokenSampler, warp_probs
 from app.engine.settings import DecodeSettings, RepetitionSettings
 
 PROMPTS = (

@@ -1,4 +1,4 @@
-"""α, the acceptance rate, tokens per pass and E(α, K) agree (docs/ALGORITHMS.md §6-§7, app/engine/stats.py)."""
+"""α, the acceptance rate, tokens per pass and E(α, K) agree (docs/ALGORITHMS.md §6-§7, app/engine/core/stats.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from app.engine.core.stats import GenerationStats, expected_tokens_per_pass
+from app.engine.core.stats import tested_positions as trials_of
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, REJECTED, DraftedToken, Timing
-from app.engine.stats import GenerationStats, expected_tokens_per_pass
-from app.engine.stats import tested_positions as trials_of
 
 TIMING = Timing(draft_ms=1.0, verify_ms=2.0, total_ms=3.5)
 

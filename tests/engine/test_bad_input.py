@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import loading
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.errors import ContextTooLongError, IncompatibleTokenizerError, ModelLoadError
-from app.engine.loading import load_models, same_tokenizer_files
+from app.engine.loading import load as loading
+from app.engine.loading import load_models
+from app.engine.loading.load import same_tokenizer_files
 from app.engine.settings import AsdSettings, DecodeSettings, DrafterOptions, SamplingSettings, SettingsError
 from tests.tiny_models import make_model, make_tokenizer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import bench
-from app.engine.decoder import SpeculativeDecoder
+from app.bench import methods as bench
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 
 
@@ -59,7 +59,7 @@ def test_committed_prompt_set_has_code_and_prose():
 
 
 def test_the_held_out_prompt_set_loads_as_bench_prompts():
-    path = Path(__file__).resolve().parents[2] / "tools" / "demo_training" / "heldout_prompts.json"
+    path = Path(__file__).resolve().parents[2] / "tools" / "train" / "demo_training" / "heldout_prompts.json"
     entries = json.loads(path.read_text())["prompts"]
     prompts = bench.load_prompts(path)
     assert [(p.name, p.kind, p.prompt) for p in prompts] == [(e["id"], e["domain"], e["text"]) for e in entries]
@@ -80,8 +80,8 @@ def test_quick_bench_runs_end_to_end_and_says_so(tiny_llama, tmp_path, capsys):
 
     out = tmp_path / "bench.json"
     target, draft = map(str, tiny_llama)
-    assert cli.main(["bench", "--quick", "--target", target, "--draft-model", draft, "--k", "3", "--json", str(out),
-                     "--no-progress"]) == 0
+    assert cli.main(["bench", "methods", "--quick", "--target", target, "--draft-model", draft, "--k", "3",
+                     "--json", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr()
     assert "quick run" in printed.out and printed.err == ""  # no bar when asked for none
     data = json.loads(out.read_text())
@@ -105,12 +105,12 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
     from dataclasses import fields
 
     from app import cli
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     out, png = tmp_path / "asd.json", tmp_path / "asd.png"
     target, draft = map(str, tiny_llama)
-    assert cli.main(["bench", "--asd", "--target", target, "--draft-model", draft, "--k", "3", "--budgets", "0,8,inf",
-                     "--gates", "0.25,4", "--caps", "2", "--asd-drafter", "draft-model", "--asd-drafter",
+    assert cli.main(["bench", "asd", "--target", target, "--draft-model", draft, "--k", "3", "--budgets", "0,8,inf",
+                     "--gates", "0.25,4", "--caps", "2", "--drafter", "draft-model", "--drafter",
                      "prompt-lookup", "--max-prompts", "2", "--repeats", "1", "--json", str(out), "--plot", str(png),
                      "--no-progress"]) == 0
     assert "rel tok/s" in capsys.readouterr().out
@@ -133,7 +133,7 @@ def test_asd_sweep_runs_end_to_end_and_its_json_has_every_field(tiny_llama, tmp_
 
 
 def test_frontier_keeps_the_points_no_other_beats_on_both_axes():
-    from app.engine import asd_sweep
+    from app.bench import asd as asd_sweep
 
     def point(speed, delta):
         return asd_sweep.PointResult("d", 1.0, "1", 0.25, 2, False, speed, [speed], 1.0, 1.0, 1, 0.0, 0.0, 0.0, 0.0,

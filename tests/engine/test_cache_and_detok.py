@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from app.engine.cached_model import CachedModel, only_layers
-from app.engine.detok import StreamDetokenizer
+from app.engine.core.detok import StreamDetokenizer
 from app.engine.loading import load_models
+from app.engine.runtime.cached_model import CachedModel, only_layers
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen2", "tiny_gpt2"])
@@ -115,7 +115,7 @@ def test_the_window_moves_back_off_a_character_cut_by_its_usual_start():
 
 @pytest.mark.parametrize("family", ["sentencepiece", "gpt2", "qwen2", "llama3"])
 def test_the_direct_decode_equals_batch_decode(family):
-    from app.engine.detok import batch_decoder
+    from app.engine.core.detok import batch_decoder
     from tests.fixtures.tokenizer_families import HARD_TEXT, build_family
 
     tokenizer = build_family(family).tokenizer

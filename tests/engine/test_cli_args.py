@@ -8,7 +8,7 @@ import pytest
 
 from app import cli
 
-ONE_LINE_ERROR = re.compile(r"^spec-playground (run|bench|screenshot): error: .+ \(see --help\)$")
+ONE_LINE_ERROR = re.compile(r"^spec-playground (run|bench|bench \w+|screenshot): error: .+ \(see --help\)$")
 
 
 @pytest.fixture
@@ -105,24 +105,32 @@ def test_run_without_a_prompt(loader_forbidden, capsys):
 
 
 BENCH_CASES = {
-    "k 0": ["--k", "0"],
-    "no repeats": ["--repeats", "0"],
-    "no threads": ["--threads", "0"],
-    "repetition penalty 0": ["--repetition-penalty", "0"],
-    "negative no-repeat n-gram size": ["--no-repeat-ngram-size", "-2"],
-    "repetition controls in the ASD sweep": ["--asd", "--no-repeat-ngram-size", "3"],
-    "missing prompt set": ["--prompts", "{missing}"],
-    "prompt set not JSON": ["--prompts", "{bad-json}"],
-    "unknown cache": ["--cache", "paged"],
-    "compiling on the dynamic cache": ["--cache", "dynamic", "--compile"],
-    "missing target folder": ["--target", "{missing}"],
-    "missing heads folder": ["--heads", "{missing}"],
+    "k 0": ["methods", "--k", "0"],
+    "no repeats": ["trees", "--repeats", "0"],
+    "no threads": ["asd", "--threads", "0"],
+    "repetition penalty 0": ["methods", "--repetition-penalty", "0"],
+    "negative no-repeat n-gram size": ["methods", "--no-repeat-ngram-size", "-2"],
+    "repetition controls in the ASD sweep": ["asd", "--no-repeat-ngram-size", "3"],
+    "missing prompt set": ["methods", "--prompts", "{missing}"],
+    "prompt set not JSON": ["trees", "--prompts", "{bad-json}"],
+    "unknown cache": ["methods", "--cache", "paged"],
+    "compiling on the dynamic cache": ["asd", "--cache", "dynamic", "--compile"],
+    "missing target folder": ["methods", "--target", "{missing}"],
+    "missing heads folder": ["trees", "--heads", "{missing}"],
+    "no kind": [],
+    "unknown kind": ["speed"],
+    "an option of another kind": ["trees", "--gates", "0.5"],
 }
 
 
 @pytest.mark.parametrize("case", list(BENCH_CASES))
 def test_bench_rejects_a_bad_argument_before_loading(loader_forbidden, capsys, tmp_path, case):
     fails_in_one_line(capsys, ["bench", *expand(BENCH_CASES[case], bad_paths(tmp_path))])
+
+
+def test_bench_without_a_kind_names_the_kinds(loader_forbidden, capsys):
+    line = fails_in_one_line(capsys, ["bench", "--quick"])
+    assert line.startswith("spec-playground bench: error:") and "KIND" in line
 
 
 def test_repetition_messages_say_what_is_allowed(loader_forbidden, capsys):
@@ -184,7 +192,7 @@ def help_entries(command: str) -> dict[str, str]:
     return entries
 
 
-@pytest.mark.parametrize("command", ["run", "bench"])
+@pytest.mark.parametrize("command", ["run", "bench methods"])
 def test_every_option_says_its_default(command):
     entries = help_entries(command)
     options = [a for a in cli.build_parser().commands[command]._actions if a.option_strings]  # noqa: SLF001
@@ -207,7 +215,8 @@ def test_a_tree_with_a_chain_only_drafter_names_the_drafters_that_branch(loader_
 
 @pytest.mark.parametrize("command", ["run", "bench"])
 def test_compiling_on_the_dynamic_cache_says_what_to_do(loader_forbidden, capsys, command):
-    argv = [command, *(["--prompt", "def f():"] if command == "run" else []), "--cache", "dynamic", "--compile"]
+    argv = [command, *(["--prompt", "def f():"] if command == "run" else ["methods"]), "--cache", "dynamic",
+            "--compile"]
     assert "compiling needs the static cache" in fails_in_one_line(capsys, argv)
 
 
@@ -234,7 +243,7 @@ def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
 
 
 def test_the_execution_options_say_their_defaults():
-    for command in ("run", "bench"):
+    for command in ("run", "bench methods", "bench trees", "bench asd"):
         entries = help_entries(command)
         assert "(default: dynamic on every device)" in entries["--cache"]
         assert "(default: off on every device)" in entries["--compile"]
@@ -267,8 +276,8 @@ def test_a_familys_playground_json_suggests_its_repetition_controls(tmp_path, mo
     """The bundled family's manifest reaches the loaded models and their summary; other models suggest none."""
     import json
 
-    from app.engine import loading
     from app.engine.engine import ModelsSummary
+    from app.engine.loading import load as loading
     from app.engine.settings import RepetitionSettings
 
     (tmp_path / "playground.json").write_text(json.dumps(

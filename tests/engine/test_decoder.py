@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, BONUS, TARGET, EndEvent, PassEvent, StartEvent
 from app.engine.loading import load_models
 from app.engine.settings import AsdSettings, DecodeSettings, GenerationControl, LiveSettings, SamplingSettings

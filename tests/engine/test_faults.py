@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.errors import OutOfMemoryError
 from app.engine.events import EndEvent, NoticeEvent, PassEvent, to_json_line
@@ -50,12 +50,12 @@ def test_out_of_memory_in_a_drafter_is_reported_and_the_run_goes_on(decoder, mon
                                    RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"),
                                    MemoryError()])
 def test_out_of_memory_during_loading(tiny_llama, monkeypatch, error):
-    import app.engine.loading as loading
+    import app.engine.loading.hub as hub
 
     def exhausted(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", exhausted)
+    monkeypatch.setattr(hub.AutoModelForCausalLM, "from_pretrained", exhausted)
     with pytest.raises(OutOfMemoryError, match="memory was released.*smaller"):
         load_models(str(tiny_llama[0]))
 

@@ -1,4 +1,4 @@
-"""Fidelity metrics of an output against a reference output (app/engine/fidelity.py) on hand-computed values."""
+"""Fidelity metrics of an output against a reference output (app/engine/core/fidelity.py) on hand-computed values."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from app.engine.fidelity import (
+from app.engine.core.fidelity import (
     changed_positions,
     complete_statements,
     edit_distance,

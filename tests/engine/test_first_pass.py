@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import GenerationStats
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import DraftedToken, Timing
-from app.engine.explain import explain_pass
 from app.engine.loading import load_models
-from app.engine.stats import GenerationStats
+from app.teaching.explain import explain_pass
 from tests.engine.helpers import PROMPTS, run
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen2Config
 
-from app.engine.cached_model import CachedModel
-from app.engine.execution import Execution
-from app.engine.growing_cache import MIN_CAPACITY, GrowingLayer, growing_cache
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.execution import Execution
+from app.engine.runtime.growing_cache import MIN_CAPACITY, GrowingLayer, growing_cache
 
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config}
 

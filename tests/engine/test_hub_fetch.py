@@ -12,7 +12,8 @@ import huggingface_hub
 import pytest
 
 from app.engine.errors import ModelLoadError
-from app.engine.loading import fetch_from_hub, load_models
+from app.engine.loading import load_models
+from app.engine.loading.hub import fetch_from_hub
 
 
 def fake_hub(monkeypatch, folder, chunks=(300, 300, 400)):

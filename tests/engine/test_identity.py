@@ -1,11 +1,11 @@
-"""Greedy identity in half precision: "identical", a numerical tie, or a real mismatch (app/engine/identity.py)."""
+"""Greedy identity in half precision: "identical", a numerical tie, or a real mismatch (app/engine/core/identity.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from app.engine.identity import Identity, classify, tolerance
+from app.engine.core.identity import Identity, classify, tolerance
 
 REFERENCE = [5, 9, 2, 7, 7, 1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.pass_events import INSPECT_TOP, residual_detail
+from app.engine.decoding.pass_events import INSPECT_TOP, residual_detail
 
 
 def test_the_sampled_token_is_recorded_even_outside_every_top():

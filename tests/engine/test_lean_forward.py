@@ -14,8 +14,8 @@ from transformers import (
     Qwen3Config,
 )
 
-from app.engine.cached_model import CachedModel, only_layers
-from app.engine.lean_forward import lean_forward
+from app.engine.runtime.cached_model import CachedModel, only_layers
+from app.engine.runtime.lean_forward import lean_forward
 
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig}
 
@@ -105,7 +105,7 @@ def test_the_cached_model_runs_chains_lean_and_matches_a_recompute():
 
 
 def test_execution_can_switch_the_lean_forward_off_with_the_same_logits():
-    from app.engine.execution import Execution
+    from app.engine.runtime.execution import Execution
 
     model = tiny("llama")
     lean, plain = CachedModel(model), CachedModel(model, execution=Execution(lean=False))

@@ -1,6 +1,6 @@
 """Learned drafters (Medusa, MTP, EAGLE-style, DFlash-style) on a tiny random Llama target.
 
-The heads come from `tools/train_heads.py --quick` run once for the module in a
+The heads come from `tools/train/heads.py --quick` run once for the module in a
 subprocess, exactly as a user would run it; that run is itself under test.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from app.engine.cached_model import CachedModel
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import (
     FAMILIES,
     HeadConfig,
@@ -35,20 +35,20 @@ from app.engine.drafters.heads.mtp import MtpDrafter
 from app.engine.errors import ModelLoadError
 from app.engine.events import EndEvent, PassEvent
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
+from app.engine.runtime.cached_model import CachedModel
 from app.engine.settings import DecodeSettings, LiveSettings, SamplingSettings
 from tests.engine.helpers import PROMPTS, ForcedSampler, chi_square_pvalue, first_two_distribution, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = REPO_ROOT / "tools" / "train_heads.py"
+TRAIN_MODULE = ["-m", "tools.train.heads"]  # run from the repository root
 LEARNED = tuple(FAMILIES)  # medusa, mtp, eagle, dflash
 
 
 @pytest.fixture(scope="module")
 def quick_heads(tiny_llama, tmp_path_factory):
-    """(heads folder, finished process) of one `train_heads.py --quick` run for the tiny target."""
+    """(heads folder, finished process) of one `python -m tools.train.heads --quick` run for the tiny target."""
     root = tmp_path_factory.mktemp("heads")
-    command = [sys.executable, str(TRAIN_SCRIPT), "--quick", "--target", str(tiny_llama[0]), "--out",
+    command = [sys.executable, *TRAIN_MODULE, "--quick", "--target", str(tiny_llama[0]), "--out",
                str(root / "heads"), "--cache-dir", str(root / "cache"), "--threads", "1"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
@@ -75,7 +75,7 @@ def test_quick_training_writes_documented_heads_that_load(quick_heads, models):
     assert process.returncode == 0, process.stderr[-3000:]
     assert "[train-heads]" in process.stderr  # progress on stderr
     assert (folder / "FORMAT.md").read_text().startswith("# Learned drafter heads")
-    assert set(models.extras) == set(LEARNED)
+    assert set(models.heads) == set(LEARNED)
     assert set(LEARNED) <= set(models.available_drafters)
     for family in LEARNED:
         config = json.loads((folder / family / "config.json").read_text())
@@ -104,7 +104,7 @@ def test_heads_for_another_target_shape_are_refused_clearly(tiny_llama, tmp_path
     root = _head_folder(tmp_path / "heads", "eagle", shape)
     with pytest.raises(ModelLoadError, match="trained for another target") as error:
         load_models(*map(str, tiny_llama), heads=str(root))
-    assert message in str(error.value) and "train_heads.py" in str(error.value)
+    assert message in str(error.value) and "tools.train.heads" in str(error.value)
 
 
 def test_weights_that_do_not_match_the_config_are_refused(tiny_llama, tmp_path, models):
@@ -202,7 +202,7 @@ def test_decoder_features_stay_aligned_after_a_generation_with_rollbacks(decoder
     passes, _ = run(decoder, PROMPTS[1], drafters=("eagle",), k=4, max_new_tokens=30)
     assert any(p.n_accepted < len(p.drafted) for p in passes)  # rollbacks happened
     target = decoder.target
-    assert target.feature_layers == models.extras["eagle"].config.feature_layers
+    assert target.feature_layers == models.heads["eagle"].config.feature_layers
     for kept, full in zip(target.features, _recomputed(models.target, target.ids, target.feature_layers),
                           strict=True):
         assert kept.shape[0] == target.length
@@ -217,7 +217,7 @@ def _features(models, ids: torch.Tensor, layers) -> list[torch.Tensor]:
 def test_drafter_with_history_drafts_like_a_fresh_one(models, family):
     """Catching up, rolling back and switching requests leave no stale state behind."""
     torch.manual_seed(1)
-    spec = models.extras[family]
+    spec = models.heads[family]
     used, sampler = spec.build(models, None), TokenSampler(None, torch.Generator())
     for _ in range(8):
         ids = torch.randint(0, models.vocab_size, (int(torch.randint(2, 30, ())),))
@@ -232,7 +232,7 @@ def test_drafter_with_history_drafts_like_a_fresh_one(models, family):
 
 @pytest.mark.parametrize("family", LEARNED)
 def test_no_features_means_no_draft(models, family):
-    spec = models.extras[family]
+    spec = models.heads[family]
     empty = [torch.empty(0, models.target.config.hidden_size) for _ in spec.config.feature_layers]
     drafter = spec.build(models, None)
     assert drafter.propose(torch.tensor([3]), 4, TokenSampler(None, torch.Generator()), empty) is None
@@ -241,7 +241,7 @@ def test_no_features_means_no_draft(models, family):
 
 def test_mtp_window_recompute_equals_the_full_sequence_computation(models):
     """The drafter recomputes only D*(W-1)+1 rows; the result equals running every depth over all rows."""
-    spec = models.extras["mtp"]
+    spec = models.heads["mtp"]
     module, parts = spec.module, TargetParts.of(models.target)
     torch.manual_seed(2)
     ids = torch.randint(0, models.vocab_size, (3 * module.window * module.num_depths,))
@@ -270,7 +270,7 @@ def test_head_config_round_trips_through_json(models, quick_heads):
 
 
 def _greedy_draft(models, family: str, ids: torch.Tensor, k: int):
-    spec = models.extras[family]
+    spec = models.heads[family]
     drafter = spec.build(models, None)
     features = _features(models, ids, spec.config.feature_layers)
     return drafter.propose(ids, k, TokenSampler(None, torch.Generator()), features)
@@ -278,7 +278,7 @@ def _greedy_draft(models, family: str, ids: torch.Tensor, k: int):
 
 def test_eagle_unrolled_training_steps_are_the_drafting_steps(models):
     """Row N-2 of unrolled step s, fed the drafts as its tokens, scores exactly the drafter's q of step s."""
-    spec, parts = models.extras["eagle"], TargetParts.of(models.target)
+    spec, parts = models.heads["eagle"], TargetParts.of(models.target)
     ids = torch.randint(0, models.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
     draft = _greedy_draft(models, "eagle", ids, 3)
     tokens = torch.cat([ids, draft.tokens[:-1]])  # what training reads at positions N-1 .. N+1
@@ -291,7 +291,7 @@ def test_eagle_unrolled_training_steps_are_the_drafting_steps(models):
 
 
 def test_dflash_training_block_is_the_drafting_block(models):
-    spec, parts = models.extras["dflash"], TargetParts.of(models.target)
+    spec, parts = models.heads["dflash"], TargetParts.of(models.target)
     bs = spec.module.block_size
     ids = torch.randint(0, models.vocab_size, (20,), generator=torch.Generator().manual_seed(4))
     draft = _greedy_draft(models, "dflash", ids, bs - 1)
@@ -321,7 +321,7 @@ def test_eagle_tree_nodes_are_drawn_from_the_chain_q_of_their_path(models):
     """Every node's q (its parent's row) equals the chain drafter's q after the node's path: the tree rounds
     see exactly their ancestors."""
     ids = torch.tensor(models.tokenizer(PROMPTS[0])["input_ids"])
-    spec = models.extras["eagle"]
+    spec = models.heads["eagle"]
     features = _features(models, ids, spec.config.feature_layers)
     tree = spec.build(models, None).propose_tree(ids, 3, 12, TokenSampler(None, torch.Generator()), features)
     assert tree is not None and len(tree) > 3

@@ -12,8 +12,8 @@ import random
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
-from app.engine.detok import StreamDetokenizer
+from app.engine.core.detok import StreamDetokenizer
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.registry import build_drafter
 from app.engine.events import NoticeEvent
 from app.engine.loading import load_models

@@ -1,7 +1,7 @@
 """No float64 on the model's device (CONTRIBUTING: some accelerators, such as Apple's MPS, have none).
 
 The tests run on the CPU, so "device tensor" means every tensor except the
-host-side exact values the engine makes through `app.engine.exact.to_host_float64`
+host-side exact values the engine makes through `app.engine.core.exact.to_host_float64`
 and what is computed from them alone. A dispatch mode watches every aten
 operation of whole generations on a tiny model and records each one that
 produces or consumes any other float64 tensor.
@@ -14,12 +14,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from app.engine.decoder import SpeculativeDecoder
-from app.engine.exact import in_host_scope, to_host_float64
+from app.engine.core.exact import in_host_scope, to_host_float64
+from app.engine.core.sampling import warp_probs
+from app.engine.core.verify import verify_asd
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
-from app.engine.sampling import warp_probs
 from app.engine.settings import RepetitionSettings, SamplingSettings
-from app.engine.verify import verify_asd
 from tests.engine.helpers import PROMPTS, run
 
 HOST_MARK = "_exact_on_host"  # set on float64 tensors made by the helper or from host values alone

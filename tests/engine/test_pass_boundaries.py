@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import ACCEPTED, REJECTED
 from app.engine.loading import load_models
 from tests.engine.helpers import PROMPTS, run

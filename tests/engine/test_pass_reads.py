@@ -14,12 +14,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import app.engine.decoder as decoder_module
-import app.engine.pass_events as pass_events
-from app.engine.decoder import SpeculativeDecoder
+import app.engine.decoding.decoder as decoder_module
+import app.engine.decoding.pass_events as pass_events
+from app.engine.core.verify import read_packed
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 from app.engine.settings import RepetitionSettings, SamplingSettings
-from app.engine.verify import read_packed
 from tests.engine.helpers import PROMPTS, run
 
 MARK = "_from_device"

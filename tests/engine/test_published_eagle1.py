@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.published.detect import load_published
 from app.engine.errors import DrafterCheckpointError
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.published_checkpoints import ReferenceEagle1, eagle1_weights, write_eagle1
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.published.detect import load_published
 from app.engine.errors import DrafterCheckpointError, ModelLoadError
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from app.engine.settings import SamplingSettings
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.published_checkpoints import (

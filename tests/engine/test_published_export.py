@@ -1,5 +1,5 @@
-"""Ours in the field's formats: an EAGLE head with EAGLE-3's layer (train_heads.py --eagle-layout eagle3) trains
-with the playground's unrolled steps, drafts like the target's other drafters, and `tools/export_heads.py` writes
+"""Ours in the field's formats: an EAGLE head with EAGLE-3's layer (tools.train.heads --eagle-layout eagle3) trains
+with the playground's unrolled steps, drafts like the target's other drafters, and `tools.train.export_heads` writes
 it as a speculators checkpoint that loads back (as vLLM would read it) and drafts exactly the same tokens."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import json
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import TargetShape, build_module, default_config, eagle, save_head
 from app.engine.drafters.heads.common import TargetParts
 from app.engine.drafters.published.detect import load_published
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.published_checkpoints import tiny_target
 
@@ -51,7 +51,7 @@ def ours(target_folder, heads):
 
 
 def test_the_eagle3_layer_reads_eagle3s_taps_and_trains_with_the_unrolled_steps(ours):
-    spec = ours.extras["eagle"]
+    spec = ours.heads["eagle"]
     assert spec.config.feature_layers == (2, LAYERS // 2, LAYERS - 3)
     module = build_module(spec.config).train()
     tokens = torch.tensor([ours.tokenizer(p)["input_ids"][:12] for p in PROMPTS])  # (B, T)
@@ -74,7 +74,7 @@ def test_greedy_chains_and_trees_of_the_eagle3_layer_equal_the_target_alone(ours
 
 
 def test_the_speculators_export_drafts_exactly_the_same_tokens(ours, target_folder, heads, tmp_path):
-    from tools.export_heads import main as export_main
+    from tools.train.export_heads import main as export_main
 
     assert export_main(["--target", str(target_folder), "--heads", str(heads), "--out", str(tmp_path)]) == 0
     config = json.loads((tmp_path / "eagle" / "config.json").read_text())
@@ -83,7 +83,7 @@ def test_the_speculators_export_drafts_exactly_the_same_tokens(ours, target_fold
     assert config["speculators_config"]["verifier"]["name_or_path"] == str(target_folder)
     exported = load_published("eagle", str(tmp_path / "eagle"), ours)
     assert exported.info.format == "EAGLE-3 (speculators)" and exported.notices == []
-    mine = ours.extras["eagle"]
+    mine = ours.heads["eagle"]
     for prompt in PROMPTS:
         ids = torch.tensor(ours.tokenizer(prompt)["input_ids"])
         with torch.no_grad():

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import TargetShape, build_module, default_config, save_head
 from app.engine.drafters.published.detect import load_published
 from app.engine.errors import DrafterCheckpointError, ModelLoadError
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.published_checkpoints import medusa_weights, reference_medusa_logits, write_medusa
 
@@ -100,7 +100,7 @@ def test_an_eagle_checkpoint_given_as_medusa_is_refused(bare, tmp_path):
 
 
 def test_our_heads_exported_in_fasterdecodings_format_draft_the_same_tokens(bare, shape, tiny_llama, tmp_path):
-    from tools.export_heads import main as export_main
+    from tools.train.export_heads import main as export_main
 
     torch.manual_seed(0)
     config = default_config("medusa", shape, target_name=str(tiny_llama[0]), num_heads=HEADS)
@@ -118,7 +118,7 @@ def test_our_heads_exported_in_fasterdecodings_format_draft_the_same_tokens(bare
     for prompt in PROMPTS:
         ids = _ids(bare, prompt)
         features = [_last_hidden(bare, ids)]
-        original = ours.extras["medusa"].build(ours).propose(ids, HEADS, sampler, features)
+        original = ours.heads["medusa"].build(ours).propose(ids, HEADS, sampler, features)
         again = exported.build(bare).propose(ids, HEADS, sampler, features)
         assert again.tokens.tolist() == original.tokens.tolist()
         torch.testing.assert_close(again.q, original.q, atol=1e-6, rtol=1e-5)

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from app.engine.events import ACCEPTED, ASD_EXCEPTION, CLIPPED, REJECTED, EndEvent, PassEvent
-from app.engine.explain import DISCARDED, EXCEPTION, KEPT, REJECTED_HERE, REUSED, explain_pass, inspect_pass
 from app.engine.loading import load_models
 from app.engine.race import PLAIN, SPECULATIVE, Race, RaceEvent, RaceResult, first_divergence, token_edit_distance
 from app.engine.settings import AsdSettings, DecodeSettings, SamplingSettings
+from app.teaching.explain import DISCARDED, EXCEPTION, KEPT, REJECTED_HERE, REUSED, explain_pass, inspect_pass
 from tests.engine.helpers import PROMPTS, run
 
 CHAINS = [("draft-model",), ("prompt-lookup",), ("ngram-cache",), ("layer-skip",), ("prompt-lookup", "draft-model")]
@@ -28,7 +28,7 @@ def models(tiny_llama):
 
 @pytest.fixture(scope="module")
 def decoder(models):
-    from app.engine.decoder import SpeculativeDecoder
+    from app.engine.decoding.decoder import SpeculativeDecoder
 
     return SpeculativeDecoder(models)
 

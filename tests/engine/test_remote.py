@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.engine import LocalEngine
 from app.engine.errors import ContextTooLongError, ModelLoadError
 from app.engine.events import EndEvent, PassEvent, StartEvent

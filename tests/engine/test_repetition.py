@@ -14,12 +14,12 @@ from transformers.generation.logits_process import (
     RepetitionPenaltyLogitsProcessor,
 )
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.repetition import RepetitionSettings, process_rows
+from app.engine.core.sampling import TokenSampler
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.heads import FAMILIES, TargetShape, build_module, default_config, save_head
 from app.engine.events import StartEvent
 from app.engine.loading import load_models
-from app.engine.repetition import RepetitionSettings, process_rows
-from app.engine.sampling import TokenSampler
 from app.engine.settings import DecodeSettings, SamplingSettings, SettingsError, settings_from_dict
 from tests.engine.helpers import PROMPTS, chi_square_pvalue, first_two_distribution, run
 
@@ -121,7 +121,7 @@ def test_settings_round_trip_and_reach_the_start_event(tiny_llama):
 
 
 def test_identity_checks_judge_a_divergence_on_the_processed_logits(tiny_llama):
-    from app.engine.identity import logits_at
+    from app.engine.core.identity import logits_at
 
     target = load_models(*map(str, tiny_llama)).target
     context, repetition = [5, 9, 5, 9, 5], RepetitionSettings(1.3, 2)

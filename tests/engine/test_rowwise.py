@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine import rowwise
+from app.engine.core import rowwise
 
 SHAPES = [(1, 32000), (5, 8192), (3, 50257), (2, 3, 40000), (151936,)]  # whole blocks, a tail, leading dims, 1-D
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from app.engine.sampling import TokenSampler, greedy_probs, warp_probs
+from app.engine.core.sampling import TokenSampler, greedy_probs, warp_probs
 from app.engine.settings import SamplingSettings
 
 FAST = settings(max_examples=50, deadline=None)

@@ -1,4 +1,4 @@
-"""The static KV cache and compiled forwards (app/engine/execution.py, static_cache.py, cached_model.py).
+"""The static KV cache and compiled forwards (app/engine/runtime/execution.py, static_cache.py, cached_model.py).
 
 The static path must change nothing a user sees but the speed: the same greedy ids as the dynamic path for
 every drafter, K, live change and tree; cached logits equal to a full recompute after any rollback (a rollback
@@ -14,12 +14,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from app.engine import cached_model as cached_model_module
-from app.engine import loading
-from app.engine.cached_model import CachedModel
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.tree import verification_parents
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import EndEvent, ExecutionMode, NoticeEvent, PassEvent, StartEvent, to_json_line
-from app.engine.execution import (
+from app.engine.loading import load_models
+from app.engine.loading import warm_up as warm_up_module
+from app.engine.runtime import cached_model as cached_model_module
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.execution import (
     DEFAULTS,
     FAST_PATH,
     Execution,
@@ -29,10 +31,8 @@ from app.engine.execution import (
     resolve_execution,
     settle_execution,
 )
-from app.engine.loading import load_models
+from app.engine.runtime.static_cache import MIN_CAPACITY
 from app.engine.settings import DecodeSettings, SettingsError
-from app.engine.static_cache import MIN_CAPACITY
-from app.engine.tree import verification_parents
 from tests.engine.helpers import PROMPTS, run
 from tests.engine.test_decoder import run_with_schedule
 from tests.engine.test_tree import VOCAB, full_logits, random_tree, tiny_model
@@ -312,8 +312,9 @@ def test_a_compiled_run_on_the_cpu_gives_the_eager_ids(compiler, tiny_llama, mon
 
     target, draft = tiny_llama
     eager = SpeculativeDecoder(load_models(str(target), device="cpu"))
-    whole_plan = loading.warm_up_plan
-    monkeypatch.setattr(loading, "warm_up_plan", lambda models: [replace(whole_plan(models)[0], buckets=[1, 2, 4])])
+    whole_plan = warm_up_module.warm_up_plan
+    monkeypatch.setattr(warm_up_module, "warm_up_plan",
+                        lambda models: [replace(whole_plan(models)[0], buckets=[1, 2, 4])])
     steps = []
     compiled = SpeculativeDecoder(load_models(str(target), device="cpu", compile=True,
                                               progress=lambda fraction, message: steps.append(message)))

@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.loading import load_models
 from app.engine.settings import AsdSettings, SamplingSettings
-from app.engine.stats import expected_tokens_per_pass, optimal_k, predicted_speedup
 from tests.engine.helpers import PROMPTS, chi_square_pvalue, first_two_distribution, run
 
 

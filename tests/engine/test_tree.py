@@ -9,22 +9,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import app.engine.tree as tree_module
-from app.engine.cached_model import CachedModel, TreeAttentionUnsupported
-from app.engine.decoder import SpeculativeDecoder
-from app.engine.drafters.model_drafter import ModelDrafter
-from app.engine.events import NoticeEvent
-from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
-from app.engine.settings import (
-    DecodeSettings,
-    LiveSettings,
-    RepetitionSettings,
-    SamplingSettings,
-    SettingsError,
-)
-from app.engine.stats import GenerationStats, RankAcceptance, expected_tokens_per_pass, rank_paths
-from app.engine.tree import (
+import app.engine.core.tree as tree_module
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.stats import GenerationStats, RankAcceptance, expected_tokens_per_pass, rank_paths
+from app.engine.core.tree import (
     ROOT,
     TreeDraft,
     best_nodes,
@@ -34,7 +22,19 @@ from app.engine.tree import (
     verify_tree_greedy,
     verify_tree_sampling,
 )
-from app.engine.verify import verify_greedy
+from app.engine.core.verify import verify_greedy
+from app.engine.decoding.decoder import SpeculativeDecoder
+from app.engine.drafters.model_drafter import ModelDrafter
+from app.engine.events import NoticeEvent
+from app.engine.loading import load_models
+from app.engine.runtime.cached_model import CachedModel, TreeAttentionUnsupported
+from app.engine.settings import (
+    DecodeSettings,
+    LiveSettings,
+    RepetitionSettings,
+    SamplingSettings,
+    SettingsError,
+)
 from tests.engine.helpers import PROMPTS, ForcedSampler, chi_square_pvalue, run
 
 VOCAB = 97
@@ -278,7 +278,7 @@ def test_tree_expected_tokens_reduce_to_the_chain_formula():
     for accepted in [True] * 7 + [False] * 3:
         rates.add_trial(0, accepted)
     chain_paths = Counter({(0,) * d: 1 for d in range(1, 5)})  # one chain of 4 nodes
-    from app.engine.stats import expected_tree_tokens
+    from app.engine.core.stats import expected_tree_tokens
     assert expected_tree_tokens(rates, chain_paths, 1) == pytest.approx(expected_tokens_per_pass(0.7, 4))
 
 
@@ -349,7 +349,7 @@ def test_greedy_trees_with_repetition_controls_equal_hf_generate(llama_decoder, 
 
 
 def test_node_texts_equal_the_stream_peek_along_every_path(tmp_path):
-    from app.engine.detok import StreamDetokenizer
+    from app.engine.core.detok import StreamDetokenizer
     from tests.tiny_models import make_tokenizer
 
     tokenizer = make_tokenizer(tmp_path)
@@ -365,7 +365,7 @@ def test_node_texts_equal_the_stream_peek_along_every_path(tmp_path):
 
 
 def test_the_inspector_story_of_a_tree_pass_names_its_size_and_main_line(llama_decoder):
-    from app.engine.explain import explain_pass
+    from app.teaching.explain import explain_pass
 
     passes, _ = run(llama_decoder, PROMPTS[0], drafters=("prompt-lookup",), k=4, tree=16, max_new_tokens=40)
     event = next(p for p in passes if p.tree and len(p.tree) > len(p.drafted))

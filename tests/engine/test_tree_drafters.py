@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import ROOT, TreeDraft
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.base import can_branch
 from app.engine.drafters.ngram_cache import NgramCacheDrafter
 from app.engine.drafters.prompt_lookup import PromptLookupDrafter, lookup_continuation
 from app.engine.drafters.registry import DRAFTERS, build_drafter
 from app.engine.drafters.suffix_tree import SuffixTreeDrafter, SuffixTrie
 from app.engine.loading import load_models
-from app.engine.sampling import TokenSampler
 from app.engine.settings import DrafterOptions, SettingsError
-from app.engine.tree import ROOT, TreeDraft
 from tests.engine.helpers import PROMPTS, run
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "models" / "demo"

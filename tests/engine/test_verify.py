@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from app.engine.sampling import TokenSampler
-from app.engine.settings import SamplingSettings
-from app.engine.verify import (
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.verify import (
     acceptance_probs,
     asd_charge,
     asd_reused,
@@ -26,6 +25,7 @@ from app.engine.verify import (
     verify_greedy,
     verify_sampling,
 )
+from app.engine.settings import SamplingSettings
 
 P_MIN = 1e-3  # chi-square p-value threshold; every sample below uses a fixed seed
 

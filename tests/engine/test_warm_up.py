@@ -1,4 +1,4 @@
-"""The compiled path's warm-up at load (app/engine/loading.py `warm_up`, `CachedModel.warm_up`).
+"""The compiled path's warm-up at load (app/engine/loading/warm_up.py `warm_up`, `CachedModel.warm_up`).
 
 Loading with compile on compiles every shape a generation meets, step by step with progress, through the step
 the decoder runs; later generations compile nothing more and give the eager ids. A compile that fails falls
@@ -14,13 +14,14 @@ import re
 import pytest
 import torch
 
-from app.engine import cached_model as cached_model_module
-from app.engine.cached_model import CachedModel
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.engine import ModelsSummary
 from app.engine.events import EndEvent, ExecutionMode, NoticeEvent
-from app.engine.execution import Execution, fewest_rows, padded_rows, row_buckets
-from app.engine.loading import LOADING_SHARE, load_models, warm_up_plan
+from app.engine.loading import load_models
+from app.engine.loading.warm_up import LOADING_SHARE, warm_up_plan
+from app.engine.runtime import cached_model as cached_model_module
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.execution import Execution, fewest_rows, padded_rows, row_buckets
 from app.engine.settings import MAX_K, DecodeSettings
 from tests.engine.helpers import PROMPTS
 from tests.engine.test_tree import VOCAB, full_logits, tiny_model

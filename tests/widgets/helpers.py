@@ -15,7 +15,7 @@ RUN_MS = 30_000
 def hold_compiles(monkeypatch) -> tuple[threading.Event, list[int]]:
     """Compiled steps that run eagerly but wait, at each call, until the returned event is set (RUN_MS at most);
     the list collects each call's number of rows. For loads held inside a compile warm-up step."""
-    from app.engine import cached_model
+    from app.engine.runtime import cached_model
 
     gate = threading.Event()
     calls: list[int] = []

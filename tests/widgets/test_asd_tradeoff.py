@@ -49,7 +49,7 @@ def test_without_a_sweep_it_says_how_to_make_one(qtbot, tmp_path):
         assert not view.load(tmp_path / "missing.json")
     assert loaded.args == [None]
     assert view.message.isVisible() and not view.plot_widget.isVisible()
-    assert "No ASD sweep" in view.message.text() and "bench --asd" in view.message.text()
+    assert "No ASD sweep" in view.message.text() and "bench asd" in view.message.text()
     assert view.drafters() == [] and view.knob_points() == []
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert not view.load(tmp_path / "bad.json") and "not a sweep" in view.message.text()

@@ -100,7 +100,7 @@ def test_out_of_memory_during_a_pass_is_shown_and_the_next_run_works(qtbot, real
 
 
 def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_window, monkeypatch):
-    import app.engine.loading as loading
+    import app.engine.loading.hub as hub
 
     window = real_window
     engine = window.engine
@@ -108,7 +108,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_models(qtbot, real_windo
     def exhausted(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB")
 
-    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", exhausted)
+    monkeypatch.setattr(hub.AutoModelForCausalLM, "from_pretrained", exhausted)
     dialog = window.open_model_dialog()
     dialog.preset.setCurrentIndex(dialog.preset.count() - 1)
     dialog.target.setText(engine.summary.target_name)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import Acceptance
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.registry import DRAFTER_LABELS
 from app.engine.events import ASD_EXCEPTION, RESAMPLED, EndEvent, PassEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, RepetitionSettings
-from app.engine.stats import Acceptance
 from app.widgets.guide import READY_PROMPTS, ReadyPrompt, guide_html
 
 TOKENS = 128  # the window's default max new tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import PassEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, LiveSettings, RepetitionSettings

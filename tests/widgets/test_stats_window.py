@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.stats import expected_tokens_per_pass
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import CLIPPED, EndEvent, PassEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, LiveSettings
-from app.engine.stats import expected_tokens_per_pass
 from app.session import Session
 from app.widgets.status import RunStatusBar
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app.engine.decoder import SpeculativeDecoder
+from app.engine.core.fidelity import changed_positions
+from app.engine.core.stats import expected_tokens_per_pass, optimal_k
+from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.events import RESAMPLED, PassEvent
-from app.engine.explain import residual_bars
-from app.engine.fidelity import changed_positions
 from app.engine.loading import load_models
 from app.engine.race import LANES, PLAIN, SPECULATIVE, Race, RaceResult
 from app.engine.settings import AsdSettings, DecodeSettings, SamplingSettings
-from app.engine.stats import expected_tokens_per_pass, optimal_k
 from app.session import Session
+from app.teaching.explain import residual_bars
 from app.widgets.inspector import COL_ACCEPT, COL_P, COL_RATIO, COL_U, PassInspector, token_label
 from app.widgets.race import RaceView
 from app.widgets.theory import ALPHAS, FAMILY, MeasuredPoint, TheoryExplorer

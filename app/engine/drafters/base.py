@@ -14,8 +14,8 @@ from typing import Protocol
 
 import torch
 
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 
 
 @dataclass(frozen=True)

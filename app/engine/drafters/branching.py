@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from app.engine.tree import ROOT, TreeDraft
+from app.engine.core.tree import ROOT, TreeDraft
 
 # The successors of a path of drafted tokens (() = right after the committed sequence), best first:
 # (token, share), share = that token's fraction of what followed the path.

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from app.engine.cached_model import CachedModel
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 from app.engine.drafters.base import Draft
 from app.engine.drafters.tree_growth import grow_tree
-from app.engine.execution import Execution
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft
+from app.engine.runtime.cached_model import CachedModel
+from app.engine.runtime.execution import Execution
 
 
 def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import torch
 
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 from app.engine.drafters.base import Draft
 from app.engine.drafters.branching import grow_from_chain
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft
 
 
 class NgramTables:

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import torch
 
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft, merge_continuations
 from app.engine.drafters.base import Draft
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft, merge_continuations
 
 
 def lookup_occurrences(ids: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> Iterator[tuple[int, list[int]]]:

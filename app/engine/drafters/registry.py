@@ -15,15 +15,45 @@ drafters without loading the engine. Builders import their drafter when called.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.engine.settings import NO_DRAFTER, DrafterOptions, SettingsError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # not imported at run time: they load torch
+    from transformers import PreTrainedModel
+
     from app.engine.drafters.base import Drafter
-    from app.engine.loading import LoadedModels as Models  # not imported at run time: it loads torch
+    from app.engine.runtime.execution import Execution
+
+
+class LearnedHead(Protocol):
+    """A head loaded for this target (heads/format.py `HeadSpec`): it builds a fresh drafter on its weights."""
+
+    def build(self, models: Models, options: DrafterOptions) -> Drafter: ...
+
+
+class Models(Protocol):
+    """What building a drafter reads of the loaded models (app/engine/loading/models.py `LoadedModels`).
+
+    The drafters sit below loading: they see the models through this, never through loading's own types.
+    """
+
+    @property
+    def target(self) -> PreTrainedModel: ...
+    @property
+    def draft(self) -> PreTrainedModel | None: ...
+    @property
+    def heads(self) -> Mapping[str, LearnedHead]: ...  # by drafter name
+    @property
+    def execution(self) -> Execution: ...
+    @property
+    def default_exit_layer(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
 
 
 def _no_options(models: Models, options: DrafterOptions) -> tuple:
@@ -107,8 +137,8 @@ def _layer_skip(models: Models, options: DrafterOptions) -> Drafter:
 
 def _head(name: str, label: str, module: str, branches: bool = False) -> DrafterEntry:
     """A learned head family: built from the head loaded for this target (it owns the trained weights)."""
-    return DrafterEntry(name, label, build=lambda models, options: models.extras[name].build(models, options),
-                        available=lambda models: name in models.extras, head=module, branches=branches)
+    return DrafterEntry(name, label, build=lambda models, options: models.heads[name].build(models, options),
+                        available=lambda models: name in models.heads, head=module, branches=branches)
 
 
 # ---- the table ----------------------------------------------------------------------------------
@@ -136,7 +166,7 @@ HEAD_FAMILIES: dict[str, str] = {entry.name: entry.head for entry in DRAFTERS if
 def available_drafters(models: Models) -> tuple[str, ...]:
     """The drafters these models can run: built-in ones in table order, then the heads in the order loaded."""
     builtin = tuple(entry.name for entry in DRAFTERS if entry.head is None and entry.available(models))
-    return builtin + tuple(name for name in models.extras if name in HEAD_FAMILIES)
+    return builtin + tuple(name for name in models.heads if name in HEAD_FAMILIES)
 
 
 def drafter_config(name: str, models: Models, options: DrafterOptions) -> tuple:

@@ -34,10 +34,10 @@ from collections import deque
 
 import torch
 
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 from app.engine.drafters.base import Draft
 from app.engine.drafters.branching import grow_from_chain
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft
 
 MAX_OUTPUTS = 256  # earlier outputs the global trie keeps, oldest out first
 

@@ -1,6 +1,6 @@
 """Growing a token tree from a drafter's distributions (EAGLE-2's dynamic trees; docs/ALGORITHMS.md §9.2).
 
-Notation as in `app/engine/tree.py`. A node's score is the log of its path
+Notation as in `app/engine/core/tree.py`. A node's score is the log of its path
 probability under the drafter, sum of log q along the path. Each round
 expands the `width` best-scoring nodes of the newest level: the drafter scores
 them in one forward (`expand`), and each gets children from its q.
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from app.engine import rowwise
-from app.engine.sampling import TokenSampler
-from app.engine.tree import ROOT, TreeDraft, best_nodes, subtree
+from app.engine.core import rowwise
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import ROOT, TreeDraft, best_nodes, subtree
 
 MAX_WIDTH = 8  # children per expanded node and nodes expanded per round, at most
 

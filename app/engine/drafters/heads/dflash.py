@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from app.engine.core.sampling import TokenSampler
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
     HeadDrafter,
@@ -32,7 +33,6 @@ from app.engine.drafters.heads.common import (
     has_features,
 )
 from app.engine.drafters.heads.layers import Block, RMSNorm
-from app.engine.sampling import TokenSampler
 
 default_layout = fused_layout
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from app.engine.cached_model import common_prefix_length
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft, TreeRows
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import (
     HeadDrafter,
@@ -37,8 +38,7 @@ from app.engine.drafters.heads.common import (
 )
 from app.engine.drafters.heads.layers import Block, KeysValues, RMSNorm, window_mask
 from app.engine.drafters.tree_growth import grow_tree
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft, TreeRows
+from app.engine.runtime.cached_model import common_prefix_length
 
 default_layout = fused_layout
 

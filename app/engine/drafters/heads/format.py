@@ -132,7 +132,7 @@ def check_fits(config: HeadConfig, target: TargetShape, folder: Path) -> None:
         raise ModelLoadError(
             f"the {config.family} head in {str(folder)!r} was trained for another target "
             f"({config.target_name or 'unnamed'}): {'; '.join(wrong)}. "
-            "Train heads for this target with tools/train_heads.py, or load the target they were trained for.")
+            "Train heads for this target with `python -m tools.train.heads`, or load the target they were trained for.")
 
 
 def load_weights(module: nn.Module, folder: Path, family: str) -> None:

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from app.engine.core.sampling import TokenSampler
+from app.engine.core.tree import TreeDraft
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import HeadDrafter, TargetShape, as_draft, has_features
 from app.engine.drafters.tree_growth import grow_tree
-from app.engine.sampling import TokenSampler
-from app.engine.tree import TreeDraft
 
 
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:

@@ -23,10 +23,10 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from app.engine.core.sampling import TokenSampler
 from app.engine.drafters.base import Draft
 from app.engine.drafters.heads.common import HeadDrafter, TargetParts, TargetShape, as_draft, has_features
 from app.engine.drafters.heads.layers import Block, RMSNorm
-from app.engine.sampling import TokenSampler
 
 
 def default_layout(target: TargetShape) -> tuple[tuple[int, ...], dict]:

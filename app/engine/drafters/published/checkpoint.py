@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from app.engine.drafters.heads.common import HeadConfig, HeadDrafter, TargetParts, weight_of
+from app.engine.drafters.heads.common import HeadDrafter, TargetParts, weight_of
+from app.engine.drafters.heads.format import HeadSpec
 from app.engine.drafters.published.formats import CheckpointInfo
 from app.engine.errors import DrafterCheckpointError
 from app.engine.paths import looks_like_path
 
 if TYPE_CHECKING:
-    from app.engine.loading import LoadedModels
+    from app.engine.loading.models import LoadedModels
 
 CONFIG_FILE = "config.json"
 # What a drafter repo's download takes: configs and weights in either format; nothing else is needed.
@@ -30,15 +31,13 @@ HUB_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.pt")
 
 
 @dataclass
-class PublishedHead:
-    """A loaded published drafter: its weights on the target's device and the parts it reads; `build` makes a
-    fresh drafter (own state) that shares the weights, like heads/format.py's HeadSpec."""
+class PublishedHead(HeadSpec):
+    """A loaded published drafter (a HeadSpec, so it sits among the loaded heads): its weights on the target's
+    device, the parts it reads, and what the checkpoint declared; `build` makes a fresh drafter (own state) that
+    shares the weights."""
 
-    name: str
     info: CheckpointInfo
-    module: nn.Module
     parts: TargetParts
-    config: HeadConfig
     drafter: type[HeadDrafter]
     notices: list[str] = field(default_factory=list)  # said once at the next generation
 
@@ -55,7 +54,7 @@ def fetch_checkpoint(source: str, report=None) -> Path:
         return folder
     from huggingface_hub import snapshot_download
 
-    from app.engine.loading import _download_progress, _load_error
+    from app.engine.loading.hub import _download_progress, _load_error
 
     try:
         return Path(snapshot_download(source, allow_patterns=list(HUB_PATTERNS),

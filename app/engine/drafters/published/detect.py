@@ -28,7 +28,7 @@ from app.engine.drafters.published.formats import READS, checkpoint_option, kind
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
-    from app.engine.loading import LoadedModels
+    from app.engine.loading.models import LoadedModels
 
 LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load}
 DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle"}

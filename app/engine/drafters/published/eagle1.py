@@ -31,7 +31,7 @@ from app.engine.drafters.published.formats import EAGLE1, CheckpointInfo
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
-    from app.engine.loading import LoadedModels
+    from app.engine.loading.models import LoadedModels
 
 
 def is_eagle1(weights: dict[str, torch.Tensor]) -> bool:
@@ -111,5 +111,5 @@ def load(folder: Path, config: dict, source: str, models: LoadedModels,
     info = CheckpointInfo(EAGLE1, "eagle", source, verifier, target.vocab_size, (target.num_layers,))
     head_config = HeadConfig("eagle", target, (target.num_layers,), {}, target_name=verifier)
     parts = TargetParts(embedding, models.target.get_output_embeddings())
-    return PublishedHead("eagle", info, module, parts, head_config, EagleDrafter,
+    return PublishedHead("eagle", head_config, module, folder, info, parts, EagleDrafter,
                          verifier_notice(info, models.target_name))

@@ -50,7 +50,7 @@ from app.engine.drafters.published.formats import CheckpointInfo, declared
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
-    from app.engine.loading import LoadedModels
+    from app.engine.loading.models import LoadedModels
 
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
 UNLIMITED = 1 << 30  # EAGLE-3 attends to every earlier row: a window no sequence reaches
@@ -207,7 +207,7 @@ class Eagle3Head(nn.Module):
     @classmethod
     def playground(cls, target: TargetShape, heads: int, intermediate: int, num_features: int = 3,
                    window: int = UNLIMITED) -> Eagle3Head:
-        """An EAGLE-3 layer to train here (tools/train_heads.py, arch `layout: "eagle3"`): the target's
+        """An EAGLE-3 layer to train here (tools/train/heads.py, arch `layout: "eagle3"`): the target's
         embeddings and LM head, 64-wide heads, so that `export` writes it as a speculators checkpoint. `window`
         is accepted and ignored: EAGLE-3 attends to every row."""
         if num_features != 3:
@@ -342,7 +342,7 @@ def load(folder: Path, config: dict, source: str, models: LoadedModels) -> Publi
     parts = DraftVocabParts(embedding, module.lm_head, None if target_ids is None else target_ids.to(device),
                             target.vocab_size)
     head_config = HeadConfig("eagle", target, taps, {}, target_name=info.verifier)
-    return PublishedHead("eagle", info, module, parts, head_config, EagleDrafter,
+    return PublishedHead("eagle", head_config, module, folder, info, parts, EagleDrafter,
                          verifier_notice(info, models.target_name))
 
 

@@ -39,7 +39,7 @@ from app.engine.drafters.published.formats import MEDUSA, CheckpointInfo
 from app.engine.errors import DrafterCheckpointError
 
 if TYPE_CHECKING:
-    from app.engine.loading import LoadedModels
+    from app.engine.loading.models import LoadedModels
 
 HEAD_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 FULL_MODEL_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -141,8 +141,9 @@ def load(folder: Path, config: dict, source: str, models: LoadedModels) -> Publi
     verifier = str(config.get("base_model_name_or_path") or "")
     info = CheckpointInfo(MEDUSA, "medusa", source, verifier, target.vocab_size, (target.num_layers,))
     head_config = HeadConfig("medusa", target, (target.num_layers,), {}, target_name=verifier)
-    return PublishedHead("medusa", info, module, PerHeadParts(models.target.get_input_embeddings(), module),
-                         head_config, MedusaDrafter, verifier_notice(info, models.target_name))
+    return PublishedHead("medusa", head_config, module, folder, info,
+                         PerHeadParts(models.target.get_input_embeddings(), module), MedusaDrafter,
+                         verifier_notice(info, models.target_name))
 
 
 # ---- writing ours ---------------------------------------------------------------------------------
