@@ -264,18 +264,3 @@ def test_a_hub_id_is_downloaded_with_progress_like_a_model(monkeypatch, bare, sp
     assert reports[-1] == (1.0, "downloading some-org/EAGLE3-tiny: 2.0 of 2.0 MB")
     assert head.info.source == "some-org/EAGLE3-tiny" and head.info.format == "EAGLE-3 (SafeAILab / SpecForge)"
 
-
-def test_eagle_and_medusa_reach_the_loader_as_drafters(monkeypatch, specforge):
-    from app import cli
-    from app.engine.engine import LocalEngine
-
-    asked = {}
-
-    def capture(cls, request, *args, **kwargs):
-        asked.update(request)
-        raise AssertionError("loaded")
-
-    monkeypatch.setattr(LocalEngine, "load", classmethod(capture))
-    with pytest.raises(AssertionError, match="loaded"):
-        cli.main(["run", "--prompt", "x", "--eagle", str(specforge[0]), "--medusa", "org/medusa-heads"])
-    assert asked["drafters"] == {"eagle": str(specforge[0]), "medusa": "org/medusa-heads"}
