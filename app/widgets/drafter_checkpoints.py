@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPush
 
 from app.engine.drafters.published.formats import READS, describe_folder
 
-LABELS = {"eagle": "EAGLE checkpoint", "medusa": "Medusa checkpoint"}
+LABELS = {"eagle": "EAGLE checkpoint", "medusa": "Medusa checkpoint", "mtp": "MTP (target's checkpoint)"}
 
 
 class CheckpointField(QWidget):

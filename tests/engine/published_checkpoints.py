@@ -126,6 +126,7 @@ class ReferenceEagle3:
         self.w = {k: v.float() for k, v in weights.items()}
         self.hidden, self.taps, self.target_ids, self.vocab = hidden, taps, target_ids, vocab
         self.norm_before_residual = norm_before_residual
+        self.eps = 1e-5  # llama_layer_config's
         config = LlamaConfig(**llama_layer_config(hidden, vocab))
         self.rotary = LlamaRotaryEmbedding(config)
 
@@ -150,7 +151,7 @@ class ReferenceEagle3:
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(T, HEADS * head_dim)
         x = residual + attended @ w["layers.0.self_attn.o_proj.weight"].T
-        h = rms(x, w["layers.0.post_attention_layernorm.weight"])
+        h = rms(x, w["layers.0.post_attention_layernorm.weight"], self.eps)
         gate, up = h @ w["layers.0.mlp.gate_proj.weight"].T, h @ w["layers.0.mlp.up_proj.weight"].T
         mlp = torch.nn.functional.silu(gate) * up
         return x + mlp @ w["layers.0.mlp.down_proj.weight"].T
@@ -278,6 +279,67 @@ class ReferenceEagle1(ReferenceEagle3):
 
     def target_logits(self, out: torch.Tensor) -> torch.Tensor:
         return out @ self.lm_head.T
+
+    def features(self, states, taps) -> torch.Tensor:
+        return states[-1][0, :-1].float()  # the final normed state, rows 0 .. N-2
+
+
+# ---- MTP inside a target checkpoint (vllm model_executor/models/deepseek_mtp.py) -------------------
+
+
+def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 11) -> tuple[Path, dict]:
+    """A tiny Llama target whose checkpoint carries one MTP layer as `model.layers.{L}.*` (DeepSeek-V3 / GLM
+    layout: enorm, hnorm, eh_proj, shared_head.{norm, head} and a decoder layer of the target's class), and
+    `num_nextn_predict_layers: 1` in its config. Returns the folder and the MTP weights (prefix removed)."""
+    from safetensors.torch import load_file
+
+    tokenizer = make_tokenizer(root / "tokenizer")
+    folder = make_model(root / "target", "llama", tokenizer, layers=layers, hidden=hidden, seed=seed, mute_eos=True)
+    config = json.loads((folder / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(config))
+    generator = torch.Generator().manual_seed(seed)
+    vocab, inner, head_dim = config["vocab_size"], config["intermediate_size"], hidden // config["num_attention_heads"]
+    kv = config["num_key_value_heads"]
+
+    def rand(*shape, scale=None):
+        return torch.randn(*shape, generator=generator) * (scale or 1 / math.sqrt(shape[-1]))
+
+    def norm(size):
+        return 1 + 0.1 * torch.randn(size, generator=generator)
+
+    mtp = {"enorm.weight": norm(hidden), "hnorm.weight": norm(hidden), "eh_proj.weight": rand(hidden, 2 * hidden),
+           "shared_head.norm.weight": norm(hidden), "shared_head.head.weight": rand(vocab, hidden, scale=0.5),
+           "input_layernorm.weight": norm(hidden), "post_attention_layernorm.weight": norm(hidden),
+           "self_attn.q_proj.weight": rand(hidden, hidden), "self_attn.k_proj.weight": rand(kv * head_dim, hidden),
+           "self_attn.v_proj.weight": rand(kv * head_dim, hidden), "self_attn.o_proj.weight": rand(hidden, hidden),
+           "mlp.gate_proj.weight": rand(inner, hidden), "mlp.up_proj.weight": rand(inner, hidden),
+           "mlp.down_proj.weight": rand(hidden, inner)}
+    weights = load_file(str(folder / "model.safetensors"))
+    weights.update({f"model.layers.{layers}.{key}": value for key, value in mtp.items()})
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder, mtp
+
+
+class ReferenceMtp(ReferenceEagle3):
+    """deepseek_mtp.py's layer written out: embeddings zeroed at position 0, eh_proj over [enorm(e) ; hnorm(f)],
+    a Llama decoder layer, shared_head; each step recomputes every row."""
+
+    def __init__(self, mtp: dict[str, torch.Tensor], hidden: int, vocab: int, eps: float):
+        block = {f"layers.0.{k}": v for k, v in mtp.items() if k.startswith(("self_attn", "mlp", "post_attention"))}
+        super().__init__({**mtp, **block}, hidden, (), None, vocab)
+        self.eps = eps
+
+    def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        w = self.w
+        embedded = embedded.clone()
+        embedded[0] = 0.0  # row 0 sits at position 0
+        u = torch.cat([rms(embedded, w["enorm.weight"], self.eps), rms(hidden, w["hnorm.weight"], self.eps)], -1)
+        u = u @ w["eh_proj.weight"].T
+        return self.attention_and_mlp(rms(u, w["input_layernorm.weight"], self.eps), u)
+
+    def target_logits(self, out: torch.Tensor) -> torch.Tensor:
+        return rms(out, self.w["shared_head.norm.weight"], self.eps) @ self.w["shared_head.head.weight"].T
 
     def features(self, states, taps) -> torch.Tensor:
         return states[-1][0, :-1].float()  # the final normed state, rows 0 .. N-2

@@ -3,6 +3,7 @@
     speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
     draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
     medusa_num_heads                                      -> Medusa, FasterDecoding layout
+    num_nextn_predict_layers > 0 (a target's own config)  -> its MTP layer (DeepSeek-V3 / GLM)
     none of these, weights with fc (H, 2H) + bias and no hidden_norm -> EAGLE-1/2 (SafeAILab)
 
 A checkpoint given for one learned drafter (`--eagle`) must be of that drafter's kind; anything else is refused
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from app.engine.drafters.published import eagle1, eagle3, medusa
+from app.engine.drafters.published import eagle1, eagle3, medusa, mtp
 from app.engine.drafters.published.checkpoint import (
     PublishedHead,
     fetch_checkpoint,
@@ -30,8 +31,8 @@ from app.engine.errors import DrafterCheckpointError
 if TYPE_CHECKING:
     from app.engine.loading.models import LoadedModels
 
-LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load}
-DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle"}
+LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load, "mtp": mtp.load}
+DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle", "mtp": "mtp"}
 
 
 def detect(config: dict, folder: Path, source: str) -> tuple[str, dict[str, torch.Tensor] | None]:

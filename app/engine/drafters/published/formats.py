@@ -11,9 +11,10 @@ SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
 MEDUSA = "Medusa (FasterDecoding)"
 EAGLE1 = "EAGLE-1/2 (SafeAILab)"
+MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
-READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,)}
+READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,), "mtp": (MTP,)}
 
 
 def checkpoint_option(name: str) -> str:
@@ -49,12 +50,14 @@ class CheckpointInfo:
 
 
 def kind_of(config: dict) -> str | None:
-    """The loader key of a checkpoint's config.json: "eagle3", "medusa", or None for a format not read."""
+    """The loader key of a checkpoint's config.json: "eagle3", "medusa", "mtp", or None for a format not read."""
     architectures = " ".join(str(a) for a in config.get("architectures") or []).lower()
     if config.get("speculators_model_type") is not None:
         return "eagle3"
     if "medusa_num_heads" in config:
         return "medusa"
+    if int(config.get("num_nextn_predict_layers") or 0) > 0:
+        return "mtp"
     if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures:
         return "eagle3"
     return None
@@ -77,6 +80,8 @@ def eagle3_taps(config: dict, num_layers: int | None) -> tuple[int, ...]:
 def declared(config: dict, source: str, num_layers: int | None = None) -> CheckpointInfo | None:
     """What a config.json declares (None: not a format read); taps need the target's depth where defaulted."""
     kind = kind_of(config)
+    if kind == "mtp":
+        return CheckpointInfo(MTP, "mtp", source, "", 0, () if num_layers is None else (num_layers,))
     if kind == "medusa":
         verifier = str(config.get("base_model_name_or_path") or "")
         return CheckpointInfo(MEDUSA, "medusa", source, verifier, 0, () if num_layers is None else (num_layers,))
