@@ -287,10 +287,16 @@ class ReferenceEagle1(ReferenceEagle3):
 # ---- MTP inside a target checkpoint (vllm model_executor/models/deepseek_mtp.py) -------------------
 
 
-def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 11) -> tuple[Path, dict]:
+MIMO_KEYS = {"enorm.weight": "token_layernorm.weight", "hnorm.weight": "hidden_layernorm.weight",
+             "eh_proj.weight": "input_proj.weight", "shared_head.norm.weight": "final_layernorm.weight"}
+
+
+def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 11,
+                     mimo: bool = False) -> tuple[Path, dict]:
     """A tiny Llama target whose checkpoint carries one MTP layer as `model.layers.{L}.*` (DeepSeek-V3 / GLM
     layout: enorm, hnorm, eh_proj, shared_head.{norm, head} and a decoder layer of the target's class), and
-    `num_nextn_predict_layers: 1` in its config. Returns the folder and the MTP weights (prefix removed)."""
+    `num_nextn_predict_layers: 1` in its config; `mimo`: as `model.mtp_layers.0.*` with MiMo's names and no head
+    of its own. Returns the folder and the MTP weights (prefix removed, DeepSeek's names)."""
     from safetensors.torch import load_file
 
     tokenizer = make_tokenizer(root / "tokenizer")
@@ -316,7 +322,11 @@ def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 
            "mlp.gate_proj.weight": rand(inner, hidden), "mlp.up_proj.weight": rand(inner, hidden),
            "mlp.down_proj.weight": rand(hidden, inner)}
     weights = load_file(str(folder / "model.safetensors"))
-    weights.update({f"model.layers.{layers}.{key}": value for key, value in mtp.items()})
+    if mimo:
+        del mtp["shared_head.head.weight"]  # MiMo projects with the target's LM head
+        weights.update({f"model.mtp_layers.0.{MIMO_KEYS.get(key, key)}": value for key, value in mtp.items()})
+    else:
+        weights.update({f"model.layers.{layers}.{key}": value for key, value in mtp.items()})
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder, mtp
 
@@ -325,21 +335,24 @@ class ReferenceMtp(ReferenceEagle3):
     """deepseek_mtp.py's layer written out: embeddings zeroed at position 0, eh_proj over [enorm(e) ; hnorm(f)],
     a Llama decoder layer, shared_head; each step recomputes every row."""
 
-    def __init__(self, mtp: dict[str, torch.Tensor], hidden: int, vocab: int, eps: float):
+    def __init__(self, mtp: dict[str, torch.Tensor], hidden: int, vocab: int, eps: float,
+                 lm_head: torch.Tensor | None = None):
+        """`lm_head`: MiMo's layout (the hidden state first, the target's head); None: DeepSeek's."""
         block = {f"layers.0.{k}": v for k, v in mtp.items() if k.startswith(("self_attn", "mlp", "post_attention"))}
         super().__init__({**mtp, **block}, hidden, (), None, vocab)
-        self.eps = eps
+        self.eps, self.lm_head = eps, None if lm_head is None else lm_head.float()
 
     def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         w = self.w
         embedded = embedded.clone()
         embedded[0] = 0.0  # row 0 sits at position 0
-        u = torch.cat([rms(embedded, w["enorm.weight"], self.eps), rms(hidden, w["hnorm.weight"], self.eps)], -1)
-        u = u @ w["eh_proj.weight"].T
+        token, state = rms(embedded, w["enorm.weight"], self.eps), rms(hidden, w["hnorm.weight"], self.eps)
+        u = torch.cat([state, token] if self.lm_head is not None else [token, state], -1) @ w["eh_proj.weight"].T
         return self.attention_and_mlp(rms(u, w["input_layernorm.weight"], self.eps), u)
 
     def target_logits(self, out: torch.Tensor) -> torch.Tensor:
-        return rms(out, self.w["shared_head.norm.weight"], self.eps) @ self.w["shared_head.head.weight"].T
+        head = self.lm_head if self.lm_head is not None else self.w["shared_head.head.weight"]
+        return rms(out, self.w["shared_head.norm.weight"], self.eps) @ head.T
 
     def features(self, states, taps) -> torch.Tensor:
         return states[-1][0, :-1].float()  # the final normed state, rows 0 .. N-2

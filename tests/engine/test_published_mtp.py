@@ -1,4 +1,5 @@
-"""An MTP layer shipped inside a target's checkpoint (DeepSeek-V3 / GLM layout), on a tiny random Llama target."""
+"""An MTP layer shipped inside a target's checkpoint (DeepSeek-V3 / GLM and MiMo layouts), on a tiny random Llama
+target."""
 
 from __future__ import annotations
 
@@ -43,6 +44,21 @@ def test_the_mtp_layer_matches_the_reference_forward(models, mtp_target):
         tokens, logits = reference.chain(models.target, ids, 3)
         assert draft.tokens.tolist() == tokens
         torch.testing.assert_close(draft.q, torch.stack(logits).softmax(-1), atol=2e-5, rtol=1e-4)
+
+
+def test_mimos_layout_matches_its_reference_forward(tmp_path):
+    folder, weights = write_mtp_target(tmp_path, hidden=HIDDEN, mimo=True)
+    models = load_models(str(folder), device="cpu", dtype="float32", drafters={"mtp": str(folder)})
+    eps = json.loads((folder / "config.json").read_text()).get("rms_norm_eps", 1e-6)
+    reference = ReferenceMtp(weights, HIDDEN, models.vocab_size, eps, models.target.get_output_embeddings().weight)
+    ids = torch.tensor(models.tokenizer(PROMPTS[0])["input_ids"])
+    with torch.no_grad():
+        states = models.target(ids[None], output_hidden_states=True).hidden_states
+    draft = models.heads["mtp"].build(models).propose(ids, 3, TokenSampler(None, torch.Generator()),
+                                                      [states[models.num_layers][0, :-1]])
+    tokens, logits = reference.chain(models.target, ids, 3)
+    assert draft.tokens.tolist() == tokens
+    torch.testing.assert_close(draft.q, torch.stack(logits).softmax(-1), atol=2e-5, rtol=1e-4)
 
 
 def test_greedy_chains_equal_the_target_alone(models):

@@ -11,7 +11,7 @@ SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
 MEDUSA = "Medusa (FasterDecoding)"
 EAGLE1 = "EAGLE-1/2 (SafeAILab)"
-MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM)"
+MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM / MiMo)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
 READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,), "mtp": (MTP,)}

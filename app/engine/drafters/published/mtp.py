@@ -1,4 +1,4 @@
-"""MTP layers published inside a target's own checkpoint: DeepSeek-V3 / GLM-4.5 style (`num_nextn_predict_layers`).
+"""MTP layers published inside a target's own checkpoint (`num_nextn_predict_layers`): DeepSeek-V3 / GLM-4.5 and MiMo.
 
 Notation as in eagle3.py; f_i = h^L_i, the target's final normed hidden state (HF `hidden_states[L]`), which is
 what vLLM's proposer hands the MTP layer (vllm model_executor/models/deepseek_mtp.py,
@@ -11,11 +11,15 @@ target's own architecture under the same prefix (which transformers leaves unloa
     o_i   = DecoderLayer_L(u)_i                            # the target's layer class, causal over all rows
     z_i   = shared_head.head(shared_head.norm(o_i))        # predicts x_{i+2}
 
+MiMo (vllm model_executor/models/mimo_mtp.py) keeps the same layer under `model.mtp_layers.0.` with other names
+(`token_layernorm`, `hidden_layernorm`, `input_proj`, `final_layernorm`, the decoder layer's own beside them),
+puts the hidden state first in the concatenation, and projects with the target's LM head.
+
 A further drafting step appends one row whose f is the previous row's o and whose token is the previous draft,
 reusing the one layer (vLLM's `spec_step_idx % num_nextn_predict_layers` with one layer). The drafter keeps no
 state: every step recomputes the layer over all rows (a cost that grows with the sequence; a playground for
-the maths, not a serving engine). Checkpoints with more than one MTP layer, and MiMo's `mtp_layers` and
-Qwen3-Next's `mtp.*` layouts, are not read yet.
+the maths, not a serving engine). Checkpoints with more than one MTP layer, and Qwen3-Next's `mtp.*` layout, are
+not read yet.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ if TYPE_CHECKING:
     from app.engine.loading.models import LoadedModels
 
 OWN_PARTS = ("enorm.", "hnorm.", "eh_proj.", "shared_head.", "embed_tokens.")
+# MiMo's names for the same parts (its decoder layer's keys sit beside them, as DeepSeek's do).
+MIMO_NAMES = {"token_layernorm.": "enorm.", "hidden_layernorm.": "hnorm.", "input_proj.": "eh_proj.",
+              "final_layernorm.": "shared_head.norm."}
 
 
 class SharedHead(nn.Module):
@@ -53,8 +60,10 @@ class MtpLayer(nn.Module):
     """enorm, hnorm, eh_proj, shared_head and the target-architecture block; names as in the checkpoint (the block's
     under `mtp_block.`, as vLLM renames them)."""
 
-    def __init__(self, config, block: nn.Module, own_head: bool, own_embeddings: bool) -> None:
+    def __init__(self, config, block: nn.Module, own_head: bool, own_embeddings: bool,
+                 hidden_first: bool = False) -> None:
         super().__init__()
+        self.hidden_first = hidden_first  # MiMo: [hidden ; token], DeepSeek: [token ; hidden]
         hidden, vocab, eps = config.hidden_size, config.vocab_size, float(getattr(config, "rms_norm_eps", 1e-6))
         self.enorm, self.hnorm = RMSNorm(hidden, eps), RMSNorm(hidden, eps)
         self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
@@ -67,7 +76,9 @@ class MtpLayer(nn.Module):
         """Rows (T, H) of embeddings and previous states at `positions` (T,) -> outputs o (T, H)."""
         rotary, mask_of = self.target_context
         embedded = embedded.masked_fill((positions == 0)[:, None], 0.0)
-        u = self.eh_proj(torch.cat([self.enorm(embedded), self.hnorm(previous)], dim=-1))[None]  # (1, T, H)
+        parts = [self.hnorm(previous), self.enorm(embedded)] if self.hidden_first else \
+            [self.enorm(embedded), self.hnorm(previous)]
+        u = self.eh_proj(torch.cat(parts, dim=-1))[None]  # (1, T, H)
         position_ids = positions[None]
         out = self.mtp_block(u, attention_mask=mask_of(u, position_ids), position_ids=position_ids,
                              position_embeddings=rotary(u, position_ids))
@@ -99,26 +110,35 @@ class MtpLayerDrafter(HeadDrafter):
         return as_draft(drafts, rows)
 
 
-def mtp_weights(folder: Path, prefix: str, source: str) -> dict[str, torch.Tensor]:
-    """Every tensor under `prefix` in the target's safetensors (one file or an index of shards), prefix removed."""
+def mtp_weights(folder: Path, prefixes: tuple[str, ...], source: str) -> tuple[str, dict[str, torch.Tensor]]:
+    """The first of `prefixes` found in the target's safetensors (one file or an index of shards), and every tensor
+    under it, the prefix removed."""
     from safetensors import safe_open
 
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        files = sorted({file for key, file in weight_map.items() if key.startswith(prefix)})
+        files = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
     else:
         files = ["model.safetensors"] if (folder / "model.safetensors").is_file() else []
-    found: dict[str, torch.Tensor] = {}
-    for file in files:
-        with safe_open(str(folder / file), framework="pt") as shard:
-            for key in shard.keys():
-                if key.startswith(prefix):
-                    found[key[len(prefix):]] = shard.get_tensor(key)
-    if not found:
-        raise DrafterCheckpointError(f"{source!r} declares MTP layers but its safetensors hold no {prefix}* weights; "
-                                     "download the full checkpoint (the MTP layer ships with the target's weights).")
-    return found
+    for prefix in prefixes:
+        found: dict[str, torch.Tensor] = {}
+        for file in files:
+            with safe_open(str(folder / file), framework="pt") as shard:
+                for key in shard.keys():
+                    if key.startswith(prefix):
+                        found[key[len(prefix):]] = shard.get_tensor(key)
+        if found:
+            return prefix, found
+    raise DrafterCheckpointError(f"{source!r} declares an MTP layer but its safetensors hold no "
+                                 f"{' or '.join(p + '*' for p in prefixes)} weights; download the full checkpoint "
+                                 "(the MTP layer ships with the target's weights).")
+
+
+def renamed(key: str, mimo: bool) -> str:
+    """A checkpoint key (prefix removed) as MtpLayer names it."""
+    if mimo:
+        key = next((new + key[len(old):] for old, new in MIMO_NAMES.items() if key.startswith(old)), key)
+    return key if key.startswith(OWN_PARTS) else f"mtp_block.{key}"
 
 
 def load(folder: Path, config: dict, source: str, models: LoadedModels) -> PublishedHead:
@@ -139,12 +159,12 @@ def load(folder: Path, config: dict, source: str, models: LoadedModels) -> Publi
     found = find_layer_list(models.target)
     assert found is not None, "the layer count above came from the target's layer list"
     base = getattr(models.target, "model", models.target)
-    raw = mtp_weights(folder, f"model.layers.{layers}.", source)
-    weights = {key if key.startswith(OWN_PARTS) else f"mtp_block.{key}": value for key, value in raw.items()
-               if not key.endswith("rotary_emb.inv_freq")}
+    prefix, raw = mtp_weights(folder, (f"model.layers.{layers}.", "model.mtp_layers.0."), source)
+    mimo = prefix == "model.mtp_layers.0."
+    weights = {renamed(key, mimo): value for key, value in raw.items() if not key.endswith("rotary_emb.inv_freq")}
     block = type(found[2][0])(models.target.config, layers)
     module = MtpLayer(models.target.config, block, own_head="shared_head.head.weight" in weights,
-                      own_embeddings="embed_tokens.weight" in weights)
+                      own_embeddings="embed_tokens.weight" in weights, hidden_first=mimo)
     check_loaded(module, weights, source, MTP)
     place(module, models)
     embedding = module.embed_tokens if module.embed_tokens is not None else models.target.get_input_embeddings()
