@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from app import __version__
+from app.engine.drafters.published.formats import READS, checkpoint_option, checkpoints_from
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_NAMES, HEAD_FAMILIES
 from app.engine.runtime.execution import CACHE_MODES, check_execution, default_words
 from app.engine.settings import NO_DRAFTER, SettingsError
@@ -72,6 +73,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="spread a large target over devices (accelerate) (default: one device)")
     group.add_argument("--heads", help=f"folder of trained heads ({', '.join(HEAD_FAMILIES)}) for this target "
                                        "(default: none; the demo target's heads load by themselves)")
+    for name, formats in READS.items():
+        group.add_argument(checkpoint_option(name), metavar="PATH_OR_HUB_ID",
+                           help=f"a published checkpoint for the {name} drafter, trained for this target: folder "
+                                f"or hub id; reads {', '.join(formats)}, the format detected (default: none; it "
+                                f"replaces the {name} head of --heads)")
 
 
 def _add_execution_options(parser: argparse.ArgumentParser) -> None:
@@ -314,7 +320,7 @@ def check_prompt(prompt: str) -> None:
 
 def check_model_paths(args) -> None:
     """Local folders that do not exist or hold no model (hub ids are left to the loader)."""
-    from app.engine.paths import heads_folder_problem, model_path_problem
+    from app.engine.paths import heads_folder_problem, looks_like_path, model_path_problem
 
     for option, name in (("--target", args.target), ("--draft-model", args.draft_model)):
         problem = name and model_path_problem(name)
@@ -323,6 +329,14 @@ def check_model_paths(args) -> None:
     problem = args.heads and heads_folder_problem(args.heads)
     if problem:
         raise SettingsError(f"--heads: {problem}")
+    for name, source in drafter_checkpoints(args).items():
+        if looks_like_path(source) and not Path(source).expanduser().is_dir():
+            raise SettingsError(f"--{name}: drafter checkpoint folder {source!r} does not exist; check the path.")
+
+
+def drafter_checkpoints(args) -> dict[str, str]:
+    """The published drafter checkpoints given (--eagle ...), as load_models' `drafters`."""
+    return checkpoints_from({name: getattr(args, name, None) for name in READS})
 
 
 def check_device(args) -> None:
@@ -354,7 +368,8 @@ def run_headless(args, fail=None) -> int:
     from app.engine.load_request import LoadRequest
 
     engine = LocalEngine.load(LoadRequest(target=args.target, draft=args.draft_model, device=args.device,
-                                          dtype=args.dtype, device_map=args.device_map, heads=args.heads, **execution),
+                                          dtype=args.dtype, device_map=args.device_map, heads=args.heads,
+                                          drafters=tuple(drafter_checkpoints(args).items()), **execution),
                               load_steps(args))
     settings = with_model_defaults(settings, args, engine.summary)
     ascii_only = not _stdout_takes_unicode()
@@ -473,7 +488,7 @@ def load_bench_models(args):
     from app.engine.loading import load_models
 
     return load_models(args.target, args.draft_model, args.device, args.dtype, args.device_map, heads=args.heads,
-                       progress=load_steps(args), **execution_request(args))
+                       drafters=drafter_checkpoints(args), progress=load_steps(args), **execution_request(args))
 
 
 def run_tree_comparison(args, prompts, repeats: int) -> int:

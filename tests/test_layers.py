@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plain data", ("app.engine.settings", "app.engine.events", "app.engine.errors", "app.engine.paths")),
     ("transformers' private API", ("app.engine.hf_compat",)),  # imports nothing of app: every room may use it
+    ("hub downloads", ("app.engine.download",)),  # files and load errors, shared by model and drafter loaders
     ("core", ("app.engine.core",)),
     ("runtime", ("app.engine.runtime",)),
     ("drafters", ("app.engine.drafters",)),

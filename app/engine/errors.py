@@ -16,6 +16,10 @@ class ModelLoadError(EngineError):
     """A model or tokenizer could not be loaded (missing folder, unknown id, no network, bad weights)."""
 
 
+class DrafterCheckpointError(ModelLoadError):
+    """A published drafter checkpoint (EAGLE-3, speculators, Medusa ...) does not fit the loaded target."""
+
+
 class IncompatibleTokenizerError(EngineError):
     """The drafter does not share the target's vocabulary."""
 
@@ -63,6 +67,7 @@ __all__ = [
     "release_memory",
     "EngineError",
     "ModelLoadError",
+    "DrafterCheckpointError",
     "IncompatibleTokenizerError",
     "ContextTooLongError",
     "OutOfMemoryError",

@@ -24,6 +24,7 @@ class LoadRequest:
     compile: bool | None = None  # compile the short forwards; None: the device's default
     device_map: str | None = None  # e.g. "auto": spread a target too large for one device (the command line's)
     heads: str | None = None  # a folder of learned drafters trained for this target (the command line's)
+    drafters: tuple[tuple[str, str], ...] = ()  # published drafter checkpoints: (drafter name, hub id or folder)
 
     @property
     def bundled(self) -> bool:
@@ -35,18 +36,23 @@ class LoadRequest:
 
     def to_dict(self) -> dict[str, Any]:
         """`load_models`' keyword arguments; also the saved settings' JSON."""
-        return asdict(self)
+        return {**asdict(self), "drafters": dict(self.drafters) or None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadRequest:
         """A request from its dict (saved settings, a notebook's `dict(target=...)`); ValueError if it is not one."""
         if not isinstance(data, Mapping) or set(data) - {field.name for field in fields(cls)}:
             raise ValueError("unexpected model request")
-        if not all(value is None or isinstance(value, str) for key, value in data.items() if key != "compile"):
+        if not all(value is None or isinstance(value, str) for key, value in data.items()
+                   if key not in ("compile", "drafters")):
             raise ValueError("model names, device, dtype, cache and folders must be text")
         if data.get("compile") not in (None, True, False):
             raise ValueError("compile must be on, off or unset")
-        return cls(**data)
+        checkpoints = data.get("drafters") or {}
+        if not isinstance(checkpoints, Mapping) or not all(isinstance(name, str) and isinstance(source, str)
+                                                           for name, source in checkpoints.items()):
+            raise ValueError("drafter checkpoints must map a drafter's name to a hub id or folder")
+        return cls(**{**data, "drafters": tuple(sorted(checkpoints.items()))})
 
     @classmethod
     def of(cls, request: LoadRequest | Mapping[str, Any]) -> LoadRequest:

@@ -1,4 +1,5 @@
-"""Choose a target and a drafter (preset, hub id or local folder), a device, a dtype and how they run.
+"""Choose a target and a drafter (preset, hub id or local folder), published checkpoints for the learned drafters
+(drafter_checkpoints.py), a device, a dtype and how they run.
 
 The dialog does not load anything itself: it emits `sig_load_requested` and
 the window starts a `ModelLoadThread`, which the dialog then watches for
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.load_request import LoadRequest
 from app.engine.runtime.execution import default_words
+from app.widgets.drafter_checkpoints import DrafterCheckpoints
 
 CUSTOM = "custom"
 PRESETS = (
@@ -90,6 +92,9 @@ class ModelDialog(QDialog):
         draft_row, self.draft_browse = _with_browse(self.draft, self._browse_into)
         form.addRow("Target", target_row)
         form.addRow("Drafter", draft_row)
+        self.checkpoints = DrafterCheckpoints()  # published EAGLE-3 / Medusa ... checkpoints for the target
+        for label, field in self.checkpoints.rows():
+            form.addRow(label, field)
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
         form.addRow("KV cache", self.cache)
@@ -154,6 +159,7 @@ class ModelDialog(QDialog):
         self.dtype.setCurrentText(request.dtype)
         for combo, value in ((self.cache, request.cache), (self.compile, request.compile)):
             combo.setCurrentIndex(max(0, combo.findData(value)))
+        self.checkpoints.set_values(dict(request.drafters))
 
     def request(self) -> LoadRequest:
         target, _ = self.preset.currentData()
@@ -162,6 +168,7 @@ class ModelDialog(QDialog):
             draft=None if target is None else (self.draft.text().strip() or None),
             device=self.device.currentText(), dtype=self.dtype.currentText(),
             cache=self.cache.currentData(), compile=self.compile.currentData(),
+            drafters=tuple(sorted(self.checkpoints.values().items())),
         )
 
     # --- loading ---------------------------------------------------------------------------
@@ -247,6 +254,7 @@ class ModelDialog(QDialog):
         for widget in (self.preset, self.target, self.target_browse, self.draft, self.draft_browse, self.device,
                        self.dtype, self.cache, self.compile, self.load_button):
             widget.setEnabled(not busy)
+        self.checkpoints.set_enabled(not busy)
         self.close_button.setVisible(not busy)
         self.cancel_button.setVisible(busy)
         if busy:

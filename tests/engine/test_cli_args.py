@@ -152,7 +152,6 @@ def test_repetition_options_reach_the_settings():
 
 
 def test_repetition_options_left_out_take_what_the_models_suggest():
-    import dataclasses
 
     from app.engine.settings import RepetitionSettings
     from tests.widgets.fakes import FAKE_SUMMARY
@@ -227,6 +226,8 @@ def test_compiling_on_the_dynamic_cache_says_what_to_do(loader_forbidden, capsys
     (["--cache", "static", "--compile"], dict(cache="static", compile=True)),
     (["--compile"], dict(cache=None, compile=True)),  # implies the static cache
     (["--cache", "dynamic", "--no-compile"], dict(cache="dynamic", compile=False)),
+    # published drafter checkpoints (app/engine/drafters/published/), by drafter
+    (["--eagle", "org/e3", "--medusa", "org/m"], dict(drafters={"eagle": "org/e3", "medusa": "org/m"})),
 ])
 def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
     from app.engine.engine import LocalEngine
@@ -234,7 +235,7 @@ def test_cache_and_compile_reach_the_loader(monkeypatch, options, expected):
     asked = {}
 
     def capture(cls, request, *args, **kwargs):
-        asked.update(dataclasses.asdict(request))
+        asked.update(request.to_dict())
         raise AssertionError("loaded")
 
     monkeypatch.setattr(LocalEngine, "load", classmethod(capture))

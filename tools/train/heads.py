@@ -11,6 +11,7 @@
         --out DIR2                                    # continue DIR's head 10,000 more steps (then average_heads.py)
     python -m tools.train.heads --run broad --families eagle --corpus-sequences 28000 ...   # every corpus block
     python -m tools.train.heads --run gpu --device cuda --dtype bfloat16 --target DIR --out DIR   # GPU recipe
+    python -m tools.train.heads --families eagle --eagle-layout eagle3 ...   # EAGLE-3's layer (export_heads)
     python -m tools.train.heads ...                   # the same
 
 Self-distillation on the target's own soft labels (see tools/train/head_training/data.py), on
@@ -105,6 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="MLP width of the MTP, EAGLE and DFlash blocks (default: the run's)")
     parser.add_argument("--eagle-unroll", type=int, default=None,
                         help="EAGLE's drafting steps unrolled in training (default: the run's, 3)")
+    parser.add_argument("--eagle-layout", choices=("playground", "eagle3"), default="playground",
+                        help="the EAGLE head's layer: the playground's own, or EAGLE-3's (reads the target's "
+                             "hidden_states[2], [L//2], [L-3]; tools.train.export_heads writes it as a speculators "
+                             "checkpoint that vLLM loads) (default: playground)")
     parser.add_argument("--loss-rows", type=float, default=None,
                         help="share of positions scored by the LM head per step (default: the run's)")
     parser.add_argument("--peak-lr", type=float, default=None,
@@ -173,6 +178,8 @@ def with_overrides(run: HeadsRun, args: argparse.Namespace) -> HeadsRun:
         run = dataclasses.replace(run, loss_rows=args.loss_rows)
     if args.eagle_unroll is not None:
         run = dataclasses.replace(run, eagle_unroll=args.eagle_unroll)
+    if getattr(args, "eagle_layout", "playground") == "eagle3":
+        run = dataclasses.replace(run, arch={**run.arch, "eagle": {**run.arch["eagle"], "layout": "eagle3"}})
     if args.steps is not None or args.peak_lr is not None:
         run = dataclasses.replace(run, schedules={
             family: schedule(args.steps or s["steps"], args.peak_lr or s["peak_lr"], s["batch_size"])
@@ -209,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     checksum = target_checksum(args.target)
     cache = args.cache_dir.resolve() / f"{run.name}-{checksum}"
     cache.mkdir(parents=True, exist_ok=True)
-    layers = tuple(sorted({i for f in families for i in default_config(f, shape).feature_layers}))
+    layers = tuple(sorted({i for f in families for i in default_config(f, shape, **run.arch[f]).feature_layers}))
     started = time.monotonic()
     try:
         data = build_data(target, tokenizer, run, layers, cache, args.docs_dir)

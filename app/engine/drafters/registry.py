@@ -43,6 +43,8 @@ class Models(Protocol):
     @property
     def target(self) -> PreTrainedModel: ...
     @property
+    def target_name(self) -> str: ...
+    @property
     def draft(self) -> PreTrainedModel | None: ...
     @property
     def heads(self) -> Mapping[str, LearnedHead]: ...  # by drafter name
@@ -186,7 +188,10 @@ def _why_unavailable(name: str, models: Models) -> str:
                     "model.decoder.layers, transformer.layers)")
         return f"layer skip needs a target with more than one decoder layer; this one ({model_type}) has one"
     if name in HEAD_FAMILIES:
-        return "no trained head of this family is loaded for this target (give a heads folder with --heads)"
+        from app.engine.drafters.published.formats import READS, checkpoint_option
+
+        published = f", or a published checkpoint with {checkpoint_option(name)}" if name in READS else ""
+        return f"no trained head of this family is loaded for this target (give a heads folder with --heads{published})"
     return "unknown drafter"
 
 

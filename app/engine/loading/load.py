@@ -94,13 +94,15 @@ def same_tokenizer_files(target: str, draft: str) -> bool:
 
 def load_models(target: str | None = None, draft: str | None = None, device: str = "auto", dtype: str = "auto",
                 device_map: str | None = None, progress=None, heads: str | None = None, cache: str | None = None,
-                compile: bool | None = None) -> LoadedModels:
+                compile: bool | None = None, drafters: dict[str, str] | None = None) -> LoadedModels:
     """Load the target (and draft model); `progress(fraction, message)` is called between steps.
 
     `heads` is a folder of learned drafters trained for this target (format: app/engine/drafters/heads/format.py);
     the demo target gets the bundled ones under assets/models/demo/heads when they exist. `cache` ("dynamic" or
     "static") and `compile` choose how every model runs (app/engine/runtime/execution.py); None: the device's default.
-    Compiling ends the load with `warm_up`, which takes most of it (minutes on a CPU).
+    Compiling ends the load with `warm_up`, which takes most of it (minutes on a CPU). `drafters` maps a learned
+    drafter's name to a published checkpoint (folder or hub id) for this target (app/engine/drafters/published/);
+    it replaces a head of that name from `heads`.
     """
     whole = progress or (lambda fraction, message: None)
     exit_layer = None
@@ -143,6 +145,10 @@ def load_models(target: str | None = None, draft: str | None = None, device: str
 
         report(0.9, f"loading learned drafters from {heads}")
         models = replace(models, heads=load_heads(models, Path(heads)))
+    if drafters:
+        from app.engine.drafters.published.detect import load_drafters  # only when checkpoints are given
+
+        models = replace(models, heads={**models.heads, **load_drafters(models, drafters, _within(report, 0.9, 1.0))})
     if execution.compiles:
         warm_up(models, _within(whole, LOADING_SHARE, 1.0))
     whole(1.0, "ready")

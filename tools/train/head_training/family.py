@@ -175,6 +175,9 @@ and refuses heads that do not fit with a message naming the difference.
 - `medusa`: `heads.K.weight` (H, H), `heads.K.bias` (H,): `x + SiLU(W x + b)` per head, then the target's LM head.
 - `mtp`: `depths.D.*`: norms, `proj` (H, 2H), one transformer block, `out_norm`; attention window `arch.window`.
 - `eagle`: `fuse` (H, nH), `proj` (H, 2H), one transformer block, `out_norm`; window `arch.window`.
+  With `arch.layout` "eagle3" (`tools.train.heads --eagle-layout eagle3`): EAGLE-3's layer instead (`fc`, `layers.0.*`,
+  `norm`; app/engine/drafters/published/eagle3.py), reading `hidden_states[2]`, `[L//2]`, `[L-3]`, which
+  `tools.train.export_heads` writes as a speculators checkpoint.
 - `dflash`: `fuse` (H, nH), `context_norm`, `mask_embedding` (H,), `layers.L.*`, `out_norm`; block `arch.block_size`.
 
 Transformer blocks are pre-norm Llama-style (RMSNorm eps 1e-6, RoPE base 10000 in

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+EAGLE3_LAYOUT = "eagle3"  # arch `layout` of an EAGLE head built as EAGLE-3's layer, exportable to speculators
 
 @dataclass(frozen=True)
 class HeadFamily:
@@ -79,11 +80,20 @@ def default_config(family: str, target: TargetShape, target_name: str = "", **ar
     if family not in FAMILIES:
         raise ValueError(f"unknown head family {family!r}; known: {', '.join(FAMILIES)}")
     layers, defaults = FAMILIES[family].default_layout(target)
+    if arch.get("layout") == EAGLE3_LAYOUT:  # EAGLE-3's taps, which a speculators export can name
+        from app.engine.drafters.published.eagle3_layer import playground_taps
+
+        layers = playground_taps(target.num_layers)
     return HeadConfig(family, target, layers, {**defaults, **arch}, target_name=target_name)
 
 
 def build_module(config: HeadConfig) -> nn.Module:
-    return FAMILIES[config.family].module(config.target.hidden_size, **config.arch)
+    arch = dict(config.arch)
+    if arch.pop("layout", None) == EAGLE3_LAYOUT:  # an EAGLE head with EAGLE-3's layer (published/eagle3.py)
+        from app.engine.drafters.published.eagle3_layer import Eagle3Head
+
+        return Eagle3Head.playground(config.target, **arch)
+    return FAMILIES[config.family].module(config.target.hidden_size, **arch)
 
 
 def save_head(folder: Path, config: HeadConfig, module: nn.Module, dtype: torch.dtype = torch.float16) -> None:
