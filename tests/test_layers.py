@@ -188,3 +188,11 @@ def test_the_layer_order_is_enforced_where_it_matters():
     assert layer_of("app.engine.engine")[0] < layer_of("app.bench.methods")[0] < layer_of("app.session")[0]
     assert layer_of("app.engine.settings")[0] < layer_of("app.engine.core.stats")[0]
     assert layer_of("app.cli")[0] < layer_of("tools.train.heads")[0] < layer_of("tools.measure.drafters")[0]
+
+
+def test_no_module_edits_the_import_path():
+    """Tools run as modules (`python -m tools.…` from the checkout), so none puts the checkout on sys.path itself:
+    an edited path hides import mistakes that `python -m` would show."""
+    edits = sorted(str(path.relative_to(REPO)) for path in source_modules().values()
+                   if any(call in path.read_text(encoding="utf-8") for call in ("sys.path.insert", "sys.path.append")))
+    assert edits == []

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """One command that checks the engine on an accelerator and times real-sized stand-ins, writing JSON.
 
-    python tools/device_check.py --out /tmp/device-check --budget 540     # CUDA, real sizes, fits a 10-minute slot
-    python tools/device_check.py --out /tmp/dc --sections profile,timing:llama3.1-8b
-    python tools/device_check.py --out /tmp/dc --device cpu --tiny        # the whole script at tiny sizes
-    python tools/device_check.py --out DIR --hbm-gbps 3350                # another GPU's memory bandwidth
+    python -m tools.device_check --out /tmp/device-check --budget 540     # CUDA, real sizes, fits a 10-minute slot
+    python -m tools.device_check --out /tmp/dc --sections profile,timing:llama3.1-8b
+    python -m tools.device_check --out /tmp/dc --device cpu --tiny        # the whole script at tiny sizes
+    python -m tools.device_check --out DIR --hbm-gbps 3350                # another GPU's memory bandwidth
 
 Installs nothing: it needs what the project declares (torch, transformers, tokenizers; scipy from the test
 extra). Every model is built offline with random weights (tests/fixtures). Sections run in this order,
@@ -55,10 +55,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tools.measure.half_precision import PROMPTS as HALF_PROMPTS  # noqa: E402 - after the checkout is on sys.path
+from tools.measure.half_precision import PROMPTS as HALF_PROMPTS
 
 PROMPTS = HALF_PROMPTS[:3]  # code, English prose, repetitive code
 IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
