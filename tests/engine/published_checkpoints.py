@@ -291,18 +291,24 @@ MIMO_KEYS = {"enorm.weight": "token_layernorm.weight", "hnorm.weight": "hidden_l
              "eh_proj.weight": "input_proj.weight", "shared_head.norm.weight": "final_layernorm.weight"}
 
 
+QWEN_KEYS = {"enorm.weight": "pre_fc_norm_embedding.weight", "hnorm.weight": "pre_fc_norm_hidden.weight",
+             "eh_proj.weight": "fc.weight", "shared_head.norm.weight": "norm.weight"}
+
+
 def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 11,
-                     mimo: bool = False) -> tuple[Path, dict]:
+                     mimo: bool = False, qwen: bool = False) -> tuple[Path, dict]:
     """A tiny Llama target whose checkpoint carries one MTP layer as `model.layers.{L}.*` (DeepSeek-V3 / GLM
     layout: enorm, hnorm, eh_proj, shared_head.{norm, head} and a decoder layer of the target's class), and
     `num_nextn_predict_layers: 1` in its config; `mimo`: as `model.mtp_layers.0.*` with MiMo's names and no head
-    of its own. Returns the folder and the MTP weights (prefix removed, DeepSeek's names)."""
+    of its own; `qwen`: Qwen3-Next's (vllm qwen3_next_mtp.py), `mtp.{fc, pre_fc_norm_embedding, pre_fc_norm_hidden,
+    layers.0.*, norm}` with `mtp_num_hidden_layers: 1` and no head of its own. Returns the folder and the MTP weights
+    (prefix removed, DeepSeek's names)."""
     from safetensors.torch import load_file
 
     tokenizer = make_tokenizer(root / "tokenizer")
     folder = make_model(root / "target", "llama", tokenizer, layers=layers, hidden=hidden, seed=seed, mute_eos=True)
     config = json.loads((folder / "config.json").read_text())
-    config["num_nextn_predict_layers"] = 1
+    config["mtp_num_hidden_layers" if qwen else "num_nextn_predict_layers"] = 1
     (folder / "config.json").write_text(json.dumps(config))
     generator = torch.Generator().manual_seed(seed)
     vocab, inner, head_dim = config["vocab_size"], config["intermediate_size"], hidden // config["num_attention_heads"]
@@ -322,8 +328,12 @@ def write_mtp_target(root: Path, layers: int = 4, hidden: int = 64, seed: int = 
            "mlp.gate_proj.weight": rand(inner, hidden), "mlp.up_proj.weight": rand(inner, hidden),
            "mlp.down_proj.weight": rand(hidden, inner)}
     weights = load_file(str(folder / "model.safetensors"))
-    if mimo:
-        del mtp["shared_head.head.weight"]  # MiMo projects with the target's LM head
+    if mimo or qwen:
+        del mtp["shared_head.head.weight"]  # MiMo and Qwen3-Next project with the target's LM head
+    if qwen:
+        weights.update({f"mtp.{QWEN_KEYS[key]}" if key in QWEN_KEYS else f"mtp.layers.0.{key}": value
+                        for key, value in mtp.items()})
+    elif mimo:
         weights.update({f"model.mtp_layers.0.{MIMO_KEYS.get(key, key)}": value for key, value in mtp.items()})
     else:
         weights.update({f"model.layers.{layers}.{key}": value for key, value in mtp.items()})
@@ -336,18 +346,21 @@ class ReferenceMtp(ReferenceEagle3):
     a Llama decoder layer, shared_head; each step recomputes every row."""
 
     def __init__(self, mtp: dict[str, torch.Tensor], hidden: int, vocab: int, eps: float,
-                 lm_head: torch.Tensor | None = None):
-        """`lm_head`: MiMo's layout (the hidden state first, the target's head); None: DeepSeek's."""
+                 lm_head: torch.Tensor | None = None, qwen: bool = False):
+        """`lm_head`: MiMo's layout (the hidden state first, the target's head), or with `qwen` Qwen3-Next's (the
+        embedding first, no position masked, the target's head); None: DeepSeek's."""
         block = {f"layers.0.{k}": v for k, v in mtp.items() if k.startswith(("self_attn", "mlp", "post_attention"))}
         super().__init__({**mtp, **block}, hidden, (), None, vocab)
-        self.eps, self.lm_head = eps, None if lm_head is None else lm_head.float()
+        self.eps, self.lm_head, self.qwen = eps, None if lm_head is None else lm_head.float(), qwen
 
     def layer(self, embedded: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         w = self.w
         embedded = embedded.clone()
-        embedded[0] = 0.0  # row 0 sits at position 0
+        if not self.qwen:
+            embedded[0] = 0.0  # row 0 sits at position 0
         token, state = rms(embedded, w["enorm.weight"], self.eps), rms(hidden, w["hnorm.weight"], self.eps)
-        u = torch.cat([state, token] if self.lm_head is not None else [token, state], -1) @ w["eh_proj.weight"].T
+        hidden_first = self.lm_head is not None and not self.qwen
+        u = torch.cat([state, token] if hidden_first else [token, state], -1) @ w["eh_proj.weight"].T
         return self.attention_and_mlp(rms(u, w["input_layernorm.weight"], self.eps), u)
 
     def target_logits(self, out: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""An MTP layer shipped inside a target's checkpoint (DeepSeek-V3 / GLM and MiMo layouts), on a tiny random Llama
-target."""
+"""An MTP layer shipped inside a target's checkpoint (DeepSeek-V3 / GLM, MiMo and Qwen3-Next layouts), on a tiny
+random Llama target."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from app.engine.core.sampling import TokenSampler
 from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.published.detect import load_published
+from app.engine.drafters.published.formats import MTP, kind_of
 from app.engine.errors import DrafterCheckpointError
 from app.engine.loading import load_models
 from tests.engine.helpers import PROMPTS, run
@@ -34,16 +35,7 @@ def test_the_mtp_layer_matches_the_reference_forward(models, mtp_target):
     spec = models.heads["mtp"]
     assert spec.info.tap_layers == (models.num_layers,) and spec.config.feature_layers == (models.num_layers,)
     eps = json.loads((folder / "config.json").read_text()).get("rms_norm_eps", 1e-6)
-    reference = ReferenceMtp(weights, HIDDEN, models.vocab_size, eps)
-    for prompt in PROMPTS:
-        ids = torch.tensor(models.tokenizer(prompt)["input_ids"])
-        with torch.no_grad():
-            states = models.target(ids[None], output_hidden_states=True).hidden_states
-        draft = spec.build(models).propose(ids, 3, TokenSampler(None, torch.Generator()),
-                                           [states[models.num_layers][0, :-1]])
-        tokens, logits = reference.chain(models.target, ids, 3)
-        assert draft.tokens.tolist() == tokens
-        torch.testing.assert_close(draft.q, torch.stack(logits).softmax(-1), atol=2e-5, rtol=1e-4)
+    assert_drafts_as(ReferenceMtp(weights, HIDDEN, models.vocab_size, eps), models, PROMPTS)
 
 
 def test_mimos_layout_matches_its_reference_forward(tmp_path):
@@ -51,14 +43,46 @@ def test_mimos_layout_matches_its_reference_forward(tmp_path):
     models = load_models(str(folder), device="cpu", dtype="float32", drafters={"mtp": str(folder)})
     eps = json.loads((folder / "config.json").read_text()).get("rms_norm_eps", 1e-6)
     reference = ReferenceMtp(weights, HIDDEN, models.vocab_size, eps, models.target.get_output_embeddings().weight)
-    ids = torch.tensor(models.tokenizer(PROMPTS[0])["input_ids"])
-    with torch.no_grad():
-        states = models.target(ids[None], output_hidden_states=True).hidden_states
-    draft = models.heads["mtp"].build(models).propose(ids, 3, TokenSampler(None, torch.Generator()),
-                                                      [states[models.num_layers][0, :-1]])
-    tokens, logits = reference.chain(models.target, ids, 3)
-    assert draft.tokens.tolist() == tokens
-    torch.testing.assert_close(draft.q, torch.stack(logits).softmax(-1), atol=2e-5, rtol=1e-4)
+    assert_drafts_as(reference, models, PROMPTS[:1])
+
+
+def assert_drafts_as(reference: ReferenceMtp, models, prompts) -> None:
+    """The loaded MTP drafter's 3-token chains and their distributions are the reference forward's."""
+    for prompt in prompts:
+        ids = torch.tensor(models.tokenizer(prompt)["input_ids"])
+        with torch.no_grad():
+            states = models.target(ids[None], output_hidden_states=True).hidden_states
+        draft = models.heads["mtp"].build(models).propose(ids, 3, TokenSampler(None, torch.Generator()),
+                                                          [states[models.num_layers][0, :-1]])
+        tokens, logits = reference.chain(models.target, ids, 3)
+        assert draft.tokens.tolist() == tokens
+        torch.testing.assert_close(draft.q, torch.stack(logits).softmax(-1), atol=2e-5, rtol=1e-4)
+
+
+def test_qwen3_nexts_layout_matches_its_reference_forward(tmp_path):
+    folder, weights = write_mtp_target(tmp_path, hidden=HIDDEN, qwen=True)
+    models = load_models(str(folder), device="cpu", dtype="float32", drafters={"mtp": str(folder)})
+    assert models.heads["mtp"].info.format == MTP
+    eps = json.loads((folder / "config.json").read_text()).get("rms_norm_eps", 1e-6)
+    reference = ReferenceMtp(weights, HIDDEN, models.vocab_size, eps, models.target.get_output_embeddings().weight,
+                             qwen=True)
+    assert_drafts_as(reference, models, PROMPTS[:2])
+    decoder = SpeculativeDecoder(models)
+    _, alone = run(decoder, PROMPTS[0], drafters=(), max_new_tokens=12)
+    _, drafted = run(decoder, PROMPTS[0], drafters=("mtp",), k=3, max_new_tokens=12)
+    assert drafted.token_ids == alone.token_ids
+
+
+def test_qwen35s_nested_count_is_read_and_two_layers_are_refused(tmp_path):
+    folder, _ = write_mtp_target(tmp_path, hidden=HIDDEN, qwen=True)
+    config = json.loads((folder / "config.json").read_text())
+    assert kind_of({"text_config": {"mtp_num_hidden_layers": 1}}) == "mtp"
+    config["mtp_num_hidden_layers"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    models = load_models(str(folder), device="cpu", dtype="float32")
+    with pytest.raises(DrafterCheckpointError) as caught:
+        load_published("mtp", str(folder), models)
+    assert "\n" not in str(caught.value) and "has 2 MTP layers" in str(caught.value)
 
 
 def test_greedy_chains_equal_the_target_alone(models):

@@ -3,7 +3,8 @@
     speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
     draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
     medusa_num_heads                                      -> Medusa, FasterDecoding layout
-    num_nextn_predict_layers > 0 (a target's own config)  -> its MTP layer (DeepSeek-V3 / GLM)
+    num_nextn_predict_layers > 0 (a target's own config)  -> its MTP layer (DeepSeek-V3 / GLM / MiMo)
+    mtp_num_hidden_layers > 0 (top level or text_config)  -> its MTP layer (Qwen3-Next / Qwen3.5)
     none of these, weights with fc (H, 2H) + bias and no hidden_norm -> EAGLE-1/2 (SafeAILab)
 
 A checkpoint given for one learned drafter (`--eagle`) must be of that drafter's kind; anything else is refused

@@ -11,7 +11,7 @@ SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
 MEDUSA = "Medusa (FasterDecoding)"
 EAGLE1 = "EAGLE-1/2 (SafeAILab)"
-MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM / MiMo)"
+MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM / MiMo / Qwen3-Next / Qwen3.5)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
 READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,), "mtp": (MTP,)}
@@ -49,6 +49,14 @@ class CheckpointInfo:
         return ", ".join(parts)
 
 
+def mtp_layer_count(config: dict) -> int:
+    """How many MTP layers a target's config.json declares: DeepSeek's `num_nextn_predict_layers`, Qwen3-Next's
+    `mtp_num_hidden_layers` (Qwen3.5 nests it under `text_config`)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return int(config.get("num_nextn_predict_layers") or config.get("mtp_num_hidden_layers")
+               or text.get("mtp_num_hidden_layers") or 0)
+
+
 def kind_of(config: dict) -> str | None:
     """The loader key of a checkpoint's config.json: "eagle3", "medusa", "mtp", or None for a format not read."""
     architectures = " ".join(str(a) for a in config.get("architectures") or []).lower()
@@ -56,7 +64,7 @@ def kind_of(config: dict) -> str | None:
         return "eagle3"
     if "medusa_num_heads" in config:
         return "medusa"
-    if int(config.get("num_nextn_predict_layers") or 0) > 0:
+    if mtp_layer_count(config) > 0:
         return "mtp"
     if "draft_vocab_size" in config or "eagle_config" in config or "eagle3" in architectures:
         return "eagle3"
