@@ -369,3 +369,100 @@ class ReferenceMtp(ReferenceEagle3):
 
     def features(self, states, taps) -> torch.Tensor:
         return states[-1][0, :-1].float()  # the final normed state, rows 0 .. N-2
+
+
+# ---- DFlash (z-lab/dflash dflash/model.py, DFlashDraftModel) ----------------------------------------
+
+
+def dflash_weights(hidden: int, layers: int, taps: int, seed: int) -> dict[str, torch.Tensor]:
+    """DFlashDraftModel's state dict: fc, hidden_norm, layers.{i}.{self_attn.{q,k,v,o}_proj, q_norm, k_norm, mlp,
+    input_layernorm, post_attention_layernorm}, norm; no embeddings, no head."""
+    generator = torch.Generator().manual_seed(seed)
+    head_dim = hidden // HEADS
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator) / math.sqrt(shape[-1])
+
+    def norm(size):
+        return 1 + 0.1 * torch.randn(size, generator=generator)
+
+    weights = {"fc.weight": rand(hidden, taps * hidden), "hidden_norm.weight": norm(hidden),
+               "norm.weight": norm(hidden)}
+    for i in range(layers):
+        weights.update({f"layers.{i}.{key}": value for key, value in {
+            "self_attn.q_proj.weight": rand(HEADS * head_dim, hidden),
+            "self_attn.k_proj.weight": rand(KV_HEADS * head_dim, hidden),
+            "self_attn.v_proj.weight": rand(KV_HEADS * head_dim, hidden),
+            "self_attn.o_proj.weight": rand(hidden, HEADS * head_dim),
+            "self_attn.q_norm.weight": norm(head_dim), "self_attn.k_norm.weight": norm(head_dim),
+            "mlp.gate_proj.weight": rand(INTERMEDIATE, hidden), "mlp.up_proj.weight": rand(INTERMEDIATE, hidden),
+            "mlp.down_proj.weight": rand(hidden, INTERMEDIATE), "input_layernorm.weight": norm(hidden),
+            "post_attention_layernorm.weight": norm(hidden)}.items()})
+    return weights
+
+
+def write_dflash(folder: Path, weights: dict[str, torch.Tensor], hidden: int, vocab: int, layers: int,
+                 target_layer_ids: list[int] | None, block_size: int, mask_token_id: int,
+                 num_target_layers: int) -> Path:
+    """A z-lab DFlash checkpoint: a Qwen3 config with block_size, num_target_layers and dflash_config."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dflash_config: dict = {"mask_token_id": mask_token_id}
+    if target_layer_ids is not None:
+        dflash_config["target_layer_ids"] = target_layer_ids
+    config = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": hidden,
+              "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "head_dim": hidden // HEADS, "num_hidden_layers": layers, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "vocab_size": vocab, "hidden_act": "silu", "max_position_embeddings": 2048, "block_size": block_size,
+              "num_target_layers": num_target_layers, "dflash_config": dflash_config}
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+class ReferenceDFlash:
+    """dflash/model.py's DFlashDraftModel.forward and dflash_generate's block step, written out for one block over
+    the whole context (the cache it keeps holds the same context rows)."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], layers: int, taps: list[int], block_size: int,
+                 mask_token_id: int, theta: float = 10000.0):
+        self.w = {k: v.float() for k, v in weights.items()}
+        self.layers, self.taps, self.block_size, self.mask = layers, taps, block_size, mask_token_id
+        self.theta, self.eps = theta, 1e-6
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x (heads, T, d) rotated by RoPE at `positions` (T,), halves rotated (rotate_half)."""
+        d = x.shape[-1]
+        angles = positions[:, None].float() / self.theta ** (torch.arange(0, d, 2).float() / d)  # (T, d/2)
+        cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def block_logits(self, target, ids: torch.Tensor) -> torch.Tensor:
+        """(bs-1, V): the block [x_{N-1}, mask...] after `ids` (N,), the context from the target's states."""
+        w, p, bs = self.w, "layers.{}.", self.block_size
+        with torch.no_grad():
+            states = target(ids[None, :-1], output_hidden_states=True).hidden_states
+            block_ids = torch.tensor([int(ids[-1])] + [self.mask] * (bs - 1))
+            x = target.get_input_embeddings()(block_ids).float()  # (bs, H)
+        context = rms(torch.cat([states[i + 1][0].float() for i in self.taps], -1) @ w["fc.weight"].T,
+                      w["hidden_norm.weight"], self.eps)  # (Tc, H)
+        tc, head_dim = context.shape[0], x.shape[1] // HEADS
+        positions = torch.arange(tc + bs)
+        for i in range(self.layers):
+            def lw(name, i=i):
+                return w[p.format(i) + name]
+            h = rms(x, lw("input_layernorm.weight"), self.eps)
+            both = torch.cat([context, h])
+            q = rms((h @ lw("self_attn.q_proj.weight").T).view(bs, HEADS, head_dim), lw("self_attn.q_norm.weight"),
+                    self.eps).transpose(0, 1)
+            k = rms((both @ lw("self_attn.k_proj.weight").T).view(tc + bs, KV_HEADS, head_dim),
+                    lw("self_attn.k_norm.weight"), self.eps).transpose(0, 1)
+            v = (both @ lw("self_attn.v_proj.weight").T).view(tc + bs, KV_HEADS, head_dim).transpose(0, 1)
+            q, k = self.rope(q, positions[-bs:]), self.rope(k, positions)
+            k, v = k.repeat_interleave(HEADS // KV_HEADS, 0), v.repeat_interleave(HEADS // KV_HEADS, 0)
+            attended = ((q @ k.transpose(-1, -2)) / math.sqrt(head_dim)).softmax(-1) @ v  # every row sees all
+            x = x + attended.transpose(0, 1).reshape(bs, -1) @ lw("self_attn.o_proj.weight").T
+            h = rms(x, lw("post_attention_layernorm.weight"), self.eps)
+            x = x + (torch.nn.functional.silu(h @ lw("mlp.gate_proj.weight").T) * (h @ lw("mlp.up_proj.weight").T)) \
+                @ lw("mlp.down_proj.weight").T
+        return rms(x, w["norm.weight"], self.eps)[1:] @ target.get_output_embeddings().weight.float().T

@@ -1,5 +1,6 @@
 """Which published format a drafter checkpoint is in, told from its config.json and file names, and loading it.
 
+    dflash_config or a *DFlash* arch                      -> DFlash, z-lab layout
     speculators_model_type = "eagle3"                     -> EAGLE-3, speculators (vLLM) layout
     draft_vocab_size, eagle_config or an *Eagle3* arch    -> EAGLE-3, SafeAILab / SpecForge layout
     medusa_num_heads                                      -> Medusa, FasterDecoding layout
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from app.engine.drafters.published import eagle1, eagle3, medusa, mtp
+from app.engine.drafters.published import dflash, eagle1, eagle3, medusa, mtp
 from app.engine.drafters.published.checkpoint import (
     PublishedHead,
     fetch_checkpoint,
@@ -32,8 +33,8 @@ from app.engine.errors import DrafterCheckpointError
 if TYPE_CHECKING:
     from app.engine.drafters.registry import Models
 
-LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load, "mtp": mtp.load}
-DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle", "mtp": "mtp"}
+LOADERS = {"eagle3": eagle3.load, "medusa": medusa.load, "mtp": mtp.load, "dflash": dflash.load}
+DRAFTER_OF = {"eagle3": "eagle", "medusa": "medusa", "eagle1": "eagle", "mtp": "mtp", "dflash": "dflash"}
 
 
 def detect(config: dict, folder: Path, source: str) -> tuple[str, dict[str, torch.Tensor] | None]:

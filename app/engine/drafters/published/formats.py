@@ -11,10 +11,12 @@ SPECFORGE = "EAGLE-3 (SafeAILab / SpecForge)"
 SPECULATORS = "EAGLE-3 (speculators)"
 MEDUSA = "Medusa (FasterDecoding)"
 EAGLE1 = "EAGLE-1/2 (SafeAILab)"
+DFLASH = "DFlash (z-lab)"
 MTP = "MTP layer in the target's checkpoint (DeepSeek-V3 / GLM / MiMo / Qwen3-Next / Qwen3.5)"
 
 # Learned drafter name -> the formats a checkpoint given for it may be in (detect.py tells them apart).
-READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,), "mtp": (MTP,)}
+READS: dict[str, tuple[str, ...]] = {"eagle": (SPECFORGE, SPECULATORS, EAGLE1), "medusa": (MEDUSA,), "mtp": (MTP,),
+                                     "dflash": (DFLASH,)}
 
 
 def checkpoint_option(name: str) -> str:
@@ -52,14 +54,18 @@ class CheckpointInfo:
 def mtp_layer_count(config: dict) -> int:
     """How many MTP layers a target's config.json declares: DeepSeek's `num_nextn_predict_layers`, Qwen3-Next's
     `mtp_num_hidden_layers` (Qwen3.5 nests it under `text_config`)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")
+    text: dict = nested if isinstance(nested, dict) else {}
     return int(config.get("num_nextn_predict_layers") or config.get("mtp_num_hidden_layers")
                or text.get("mtp_num_hidden_layers") or 0)
 
 
 def kind_of(config: dict) -> str | None:
-    """The loader key of a checkpoint's config.json: "eagle3", "medusa", "mtp", or None for a format not read."""
+    """The loader key of a checkpoint's config.json: "eagle3", "medusa", "mtp", "dflash", or None for a format not
+    read."""
     architectures = " ".join(str(a) for a in config.get("architectures") or []).lower()
+    if "dflash_config" in config or "dflash" in architectures:
+        return "dflash"
     if config.get("speculators_model_type") is not None:
         return "eagle3"
     if "medusa_num_heads" in config:
@@ -85,9 +91,26 @@ def eagle3_taps(config: dict, num_layers: int | None) -> tuple[int, ...]:
     return tuple(sorted(int(i) + (1 if outputs else 0) for i in ids))
 
 
+def dflash_taps(config: dict, num_layers: int | None) -> tuple[int, ...]:
+    """HF hidden_states indices a DFlash checkpoint reads, in its fc's order: `dflash_config.target_layer_ids` + 1
+    (z-lab's extract_context_feature), or its build_target_layer_ids spread over `num_target_layers` (else the
+    target's depth) when none are declared (empty while that depth is unknown)."""
+    ids = (config.get("dflash_config") or {}).get("target_layer_ids")
+    if not ids:
+        depth, layers = config.get("num_target_layers") or num_layers, int(config.get("num_hidden_layers") or 1)
+        if not depth:
+            return ()
+        span = int(depth) - 4  # from layer 1 to layer L-3
+        ids = [int(depth) // 2] if layers == 1 else [round(1 + i * span / (layers - 1)) for i in range(layers)]
+    return tuple(int(i) + 1 for i in ids)
+
+
 def declared(config: dict, source: str, num_layers: int | None = None) -> CheckpointInfo | None:
     """What a config.json declares (None: not a format read); taps need the target's depth where defaulted."""
     kind = kind_of(config)
+    if kind == "dflash":
+        verifier = str(config.get("base_model_name_or_path") or "")
+        return CheckpointInfo(DFLASH, "dflash", source, verifier, 0, dflash_taps(config, num_layers))
     if kind == "mtp":
         return CheckpointInfo(MTP, "mtp", source, "", 0, () if num_layers is None else (num_layers,))
     if kind == "medusa":
