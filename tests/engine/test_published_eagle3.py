@@ -184,6 +184,19 @@ def test_a_wrong_d2t_is_refused(bare, tmp_path, vocab):
     assert "disagree" in message
 
 
+def test_a_full_vocabulary_checkpoint_with_cnets_untouched_maps_loads(bare, tmp_path, vocab):
+    """SafeAILab's cnets.py registers d2t (V_d,) and t2d (V,) as zeros and ignores both when V_d = V, so a
+    full-vocabulary checkpoint carries them unset: it drafts the target's ids as one without maps does."""
+    weights = eagle3_weights(HIDDEN, vocab, vocab, seed=4, own_embeddings=False)
+    untouched = {"d2t": torch.zeros(vocab, dtype=torch.long), "t2d": torch.zeros(vocab, dtype=torch.bool)}
+    with_maps = load_published("eagle", str(write_specforge(tmp_path / "m", {**weights, **untouched}, HIDDEN, vocab,
+                                                            vocab)), bare)
+    without = load_published("eagle", str(write_specforge(tmp_path / "n", weights, HIDDEN, vocab, vocab)), bare)
+    hidden = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0))
+    assert with_maps.parts.logits(hidden).shape == (3, vocab)
+    torch.testing.assert_close(with_maps.parts.logits(hidden), without.parts.logits(hidden))
+
+
 def test_a_missing_t2d_is_refused(bare, tmp_path, vocab):
     d2t, _ = vocab_map(vocab, DRAFT_VOCAB, seed=1)
     weights = eagle3_weights(HIDDEN, vocab, DRAFT_VOCAB, seed=2, own_embeddings=False)

@@ -77,15 +77,16 @@ class DraftVocabParts(TargetParts):
 
 def vocabulary_map(weights: dict[str, torch.Tensor], shape: Eagle3Shape, source: str) -> torch.Tensor | None:
     """The target id of each draft id (V_d,), checked against t2d; None where the draft vocabulary is the target's
-    own. Refuses a missing, out-of-range, repeated or inconsistent map in one line."""
+    own (V_d = V with no d2t or an all-zero one, whatever t2d holds, as SafeAILab's cnets.py reads it). Refuses a
+    missing, out-of-range, repeated or inconsistent map in one line."""
     d2t, t2d = weights.get("d2t"), weights.get("t2d")
     Vd, V = shape.draft_vocab_size, shape.vocab_size
     regenerate = "use the d2t and t2d saved with this checkpoint (never regenerated ones) or a checkpoint that has them"
     if Vd > V:
         raise DrafterCheckpointError(f"{source!r}: draft vocabulary {Vd} is larger than the target vocabulary {V}; "
                                      "the config is wrong, download the checkpoint again.")
-    if d2t is None and t2d is None and Vd == V:
-        return None
+    if Vd == V and (d2t is None or not bool(d2t.any())):
+        return None  # cnets.py ignores both maps when V_d = V, and saves them as left at init (zeros)
     if d2t is None or t2d is None:
         absent = "d2t" if d2t is None else "t2d"
         raise DrafterCheckpointError(f"{source!r}: draft vocabulary {Vd} of {V} but no {absent} vocabulary map in its "
