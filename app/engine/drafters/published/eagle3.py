@@ -3,7 +3,10 @@
 Notation as in heads/common.py (x_0 .. x_{N-1} committed, h^l_i the target's HF `hidden_states[l]` at i, H the
 drafter's hidden size, H_t the target's, V the target's vocabulary, V_d the draft vocabulary). One decoder layer
 (docs/ALGORITHMS.md §8.8; SafeAILab/EAGLE eagle/model/cnets.py, vllm model_executor/models/llama_eagle3.py,
-speculators models/eagle3):
+speculators models/eagle3). The names, the [embedding ; hidden] order, the pre-norm residual, fc's 3 x
+`target_hidden_size` (else 3H) input and the taps (modeling_llama_kv.py keeps the input of layers 2, L//2, L-3) are
+cnets.py's; as its ea_model.py does, a checkpoint whose draft vocabulary is the target's ignores d2t and t2d when
+d2t is all zero (the buffers cnets.py saves untouched):
 
     g_i   = fc(norm_fc?[ h^a_i ; h^b_i ; h^c_i ])               # (3 H_t -> H), taps a < b < c
     e_i   = emb(x_{i+1})                                        # the target's table, or the checkpoint's own
