@@ -77,6 +77,7 @@ def test_greedy_chains_and_trees_equal_the_target_alone(target_folder, checkpoin
     ({"vocab_size": 7}, "vocabulary 7"),
     ({"dflash_config": {"mask_token_id": 10 ** 6, "target_layer_ids": IDS}}, "mask token id"),
     ({"dflash_config": {"mask_token_id": 0, "target_layer_ids": [1, 3, TARGET_LAYERS]}}, "taps"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding-window"),
 ])
 def test_a_checkpoint_for_another_target_is_refused_in_one_line(bare, checkpoint, tmp_path, change, words):
     folder, weights = checkpoint
@@ -86,6 +87,7 @@ def test_a_checkpoint_for_another_target_is_refused_in_one_line(bare, checkpoint
     with pytest.raises(DrafterCheckpointError) as caught:
         load_published("dflash", str(other), bare)
     assert "\n" not in str(caught.value) and words in str(caught.value) and "DFlash" in str(caught.value)
+    assert "give the DFlash checkpoint" in str(caught.value) or "all attend in full" in str(caught.value)
 
 
 def test_a_dflash_checkpoint_given_for_eagle_is_refused(bare, checkpoint):

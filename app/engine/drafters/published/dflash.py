@@ -155,6 +155,9 @@ def load(folder: Path, config: dict, source: str, models: Models) -> PublishedHe
     target = TargetShape.of(models.target, models.num_layers)
     taps = dflash_taps(config, target.num_layers)
     check_target(config, taps, target, source)
+    if "sliding_attention" in (config.get("layer_types") or []):
+        raise DrafterCheckpointError(f"{source!r} has sliding-window DFlash layers; this version reads DFlash "
+                                     "checkpoints whose layers all attend in full.")
     layer_config = Qwen3Config(**{k: v for k, v in config.items() if k not in ("architectures", "auto_map")})
     ordered = tuple(sorted(set(taps)))
     module = DFlashDraft(layer_config, len(taps), tuple(ordered.index(t) for t in taps), int(config["block_size"]),
