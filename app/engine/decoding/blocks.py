@@ -26,9 +26,9 @@ from app.engine.decoding.pass_events import (
     inspection,
     main_line,
     tree_block,
+    tree_end_reads,
     tree_nodes,
     tree_reads,
-    tree_verdict_reads,
 )
 from app.engine.drafters.base import Draft
 from app.engine.drafters.chain import DrafterChain
@@ -120,12 +120,10 @@ class TreeBlock:
 
     def read(self, rule: Rule, logits: Tensor, p: Tensor, inspect: bool) -> VerifiedBlock:
         ruling = rule.tree(self.tree, logits, p)
-        host = fetch(tree_reads(self.tree, p, ruling.target_ids, inspect))  # the pass's one read
-        verdict = self._verdict = ruling.finish(host["target_ids"])
-        line = main_line(self.tree, verdict)
-        late = tree_verdict_reads(self.tree, verdict, line, p, host, inspect)  # none under greedy
-        self._host = host | fetch(late) if late else host
-        return tree_block(self.tree, verdict, line, self._host)
+        shown = tree_reads(self.tree, p, ruling.target_ids, inspect) | tree_end_reads(self.tree, ruling.end, p, inspect)
+        host = self._host = fetch(ruling.reads | shown)  # the pass's one read
+        verdict = self._verdict = ruling.finish(host)
+        return tree_block(self.tree, verdict, main_line(self.tree, verdict), host)
 
     def keep(self, target: CachedModel, ids: Tensor, commit: Commit) -> None:
         assert self._verdict is not None, "read before keep"
