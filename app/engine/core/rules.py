@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from app.engine.core import rowwise
-from app.engine.core.tree import TreeDraft, TreeEnd, TreeVerdict, greedy_tree_verdict, sampled_walk
+from app.engine.core.tree import TreeDraft, TreeEnd, TreeLayout, TreeVerdict, greedy_tree_verdict, sampled_walk
 from app.engine.core.verify import (
     Ruling,
     Verdict,
@@ -62,8 +62,8 @@ class Rule(Protocol):
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         """The rule's device work for drafts x (K',) on the device, q (K', V) or None, logits and p (K'+1, V)."""
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
-        """The device work for the accepted path of a tree; logits and p (n+1, V)."""
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
+        """The device work for the accepted path of a tree (its indices on the device); logits and p (n+1, V)."""
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         """Book the `kept` drafts of a block; ASD's ledger as it stood at block start (None: no ledger)."""
@@ -75,7 +75,7 @@ class Greedy:
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         return greedy_ruling(x, logits, top=INSPECT_TOP if inspect else 1)  # the inspector's rows in the same search
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
         def finish(host: Mapping[str, Tensor]) -> TreeVerdict:
             y = host["target_ids"]
             return greedy_tree_verdict(tree, y.tolist(), y)
@@ -96,9 +96,9 @@ class Sampling:
         u = torch.rand(x.numel(), generator=self.generator, device=logits.device)  # (K',)
         return sampling_ruling(x, p, q, u, self.generator)
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
         """The whole walk on the device, the draws included (tree.py): read with the pass's one read."""
-        walk = sampled_walk(tree, p, self.generator)
+        walk = sampled_walk(tree, layout, p, self.generator)
         return TreeRuling(walk.reads, walk.finish, walk.end)
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:

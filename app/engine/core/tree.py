@@ -208,6 +208,47 @@ class TreeRows:
         self.depths = torch.cat([self.depths, torch.tensor([len(line) - 1 for line in fresh], dtype=torch.long)])
 
 
+@dataclass(frozen=True, eq=False)
+class TreeLayout:
+    """The index tensors a tree's rules and event gather with, on the device, copied there in one transfer
+    before the verification forward is queued (a copy queued after it would wait for the forward)."""
+
+    tokens: Tensor  # (n,) long: x_i
+    parent_rows: Tensor  # (n,) long: row_of(π(i))
+    first_children: Tensor  # (n+1,) long: per row, its node's first child; 0 for a leaf
+    ranks: tuple[tuple[Tensor, Tensor], ...]  # per sibling rank r: the rows whose node has an r-th child, that child
+
+    @classmethod
+    def of(cls, tree: TreeDraft, device: torch.device) -> TreeLayout:
+        ranks = _sibling_ranks(tree)
+        pieces = [tree.tokens.tolist(), [row_of(parent) for parent in tree.parents.tolist()], _first_children(tree)]
+        pieces += [part for rank in ranks for part in rank]
+        flat = torch.tensor([v for piece in pieces for v in piece], dtype=torch.long).to(device)  # the one copy
+        tokens, parent_rows, first_children, *rest = flat.split([len(piece) for piece in pieces])
+        return cls(tokens, parent_rows, first_children, tuple(zip(rest[0::2], rest[1::2], strict=True)))
+
+
+def _sibling_ranks(tree: TreeDraft) -> list[tuple[list[int], list[int]]]:
+    """Per sibling rank r: the rows of the parents that have an r-th child, and those children."""
+    ranks: list[tuple[list[int], list[int]]] = []
+    count: dict[int, int] = {}
+    for child, parent in enumerate(tree.parents.tolist()):
+        rank = count[parent] = count.get(parent, -1) + 1
+        if rank == len(ranks):
+            ranks.append(([], []))
+        ranks[rank][0].append(row_of(parent))
+        ranks[rank][1].append(child)
+    return ranks
+
+
+def _first_children(tree: TreeDraft) -> list[int]:
+    """Per row (n+1): the first child of its node, 0 for a leaf."""
+    first = [0] * (len(tree) + 1)
+    for child, parent in reversed(list(enumerate(tree.parents.tolist()))):
+        first[row_of(parent)] = child
+    return first
+
+
 # ---------------------------------------------------------------- rules
 
 
@@ -264,7 +305,7 @@ def verify_tree_sampling(tree: TreeDraft, p: Tensor, generator: torch.Generator)
 
     `sampled_walk` read back on its own (a pass reads it together with its event's numbers).
     """
-    walk = sampled_walk(tree, p, generator)
+    walk = sampled_walk(tree, TreeLayout.of(tree, p.device), p, generator)
     return walk.finish(fetch(walk.reads))
 
 
@@ -301,7 +342,7 @@ class SampledWalk:
                            self.end.residual if rejected else None)
 
 
-def sampled_walk(tree: TreeDraft, p: Tensor, generator: torch.Generator) -> SampledWalk:
+def sampled_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, generator: torch.Generator) -> SampledWalk:
     """Both sampling rules for every node at once, then the walk down the accepted children, all on the device.
 
     Draws, in this order: one uniform per node (used when the node is tried), one sample from the end's p'.
@@ -314,10 +355,9 @@ def sampled_walk(tree: TreeDraft, p: Tensor, generator: torch.Generator) -> Samp
     running = p.float().clone()  # (n+1, V) p' of every row
     accepted = torch.full((n + 1,), ROOT, dtype=torch.long, device=device)  # (n+1,) each row's accepted child
     chance = torch.zeros(n, device=device)  # (n,) each node's acceptance probability, were it tried
-    tokens = tree.tokens.to(device)  # (n,)
+    tokens = layout.tokens  # (n,)
     q = tree.q.to(device).float() if tree.iid and tree.q is not None else None  # (n, V)
-    for rows_host, children_host in _sibling_ranks(tree):
-        rows, children = rows_host.to(device), children_host.to(device)  # (m,) each; rows distinct
+    for rows, children in layout.ranks:  # (m,) each; rows distinct
         still_open = accepted[rows] == ROOT  # (m,) no earlier sibling accepted
         p_prime, x = running[rows], tokens[children]  # (m, V), (m,)
         q_rows = None if q is None else q[children]  # (m, V)
@@ -334,32 +374,9 @@ def sampled_walk(tree: TreeDraft, p: Tensor, generator: torch.Generator) -> Samp
         row = torch.where(child == ROOT, row, child + 1)
     residual = running.index_select(0, row)[0]  # (V,)
     next_token = torch.multinomial(residual, 1, generator=generator)  # (1,)
-    first_child = torch.tensor(_first_children(tree), dtype=torch.long).to(device)  # (n+1,)
     reads = {"tree_path": torch.cat(steps) if steps else accepted[:0], "next_token": next_token,
              "accept_prob": chance, "u": u, "target_ids": rowwise.argmax(p)}
-    return SampledWalk(tree, reads, TreeEnd(row, next_token, residual, first_child.index_select(0, row)))
-
-
-def _sibling_ranks(tree: TreeDraft) -> list[tuple[Tensor, Tensor]]:
-    """Per sibling rank r: the rows of the parents that have an r-th child, and those children, (m,) each."""
-    ranks: list[tuple[list[int], list[int]]] = []
-    count: dict[int, int] = {}
-    for child, parent in enumerate(tree.parents.tolist()):
-        rank = count[parent] = count.get(parent, -1) + 1
-        if rank == len(ranks):
-            ranks.append(([], []))
-        ranks[rank][0].append(row_of(parent))
-        ranks[rank][1].append(child)
-    return [(torch.tensor(rows, dtype=torch.long), torch.tensor(children, dtype=torch.long))
-            for rows, children in ranks]
-
-
-def _first_children(tree: TreeDraft) -> list[int]:
-    """Per row (n+1): the first child of its node, 0 for a leaf."""
-    first = [0] * (len(tree) + 1)
-    for child, parent in reversed(list(enumerate(tree.parents.tolist()))):
-        first[row_of(parent)] = child
-    return first
+    return SampledWalk(tree, reads, TreeEnd(row, next_token, residual, layout.first_children.index_select(0, row)))
 
 
 def _acceptance(p_prime: Tensor, q_rows: Tensor | None, x: Tensor) -> Tensor:
