@@ -365,7 +365,7 @@ def sampled_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, generator: torc
         chance[children] = c
         take = still_open & (u[children] < c)  # (m,)
         accepted[rows] = torch.where(take, children, accepted[rows])
-        running[rows] = torch.where((still_open & ~take)[:, None], _residual(p_prime, q_rows, x), p_prime)
+        running[rows] = _residual(p_prime, q_rows, x)  # a row that has accepted never reads its p' again
     row = torch.zeros(1, dtype=torch.long, device=device)  # (1,) the root's row
     steps = []
     for _ in range(max(tree.depths, default=0)):
