@@ -5,8 +5,7 @@ logits, the drafter's q or a random draw. A dispatch mode follows them through e
 each one that would make the host wait for a device (reading a value: item, int, float, bool, tolist; or an
 output whose size depends on the values: nonzero, unique, masked_select), except inside the pass's one
 `fetch`, which the test routes through the packed copy a device uses (`.cpu()`: the read itself).
-Greedy, sampled and ASD chain passes and greedy tree passes read once; a sampled tree's walk reads p' at
-every child it tries (tree.py), so its passes are not counted here.
+Greedy, sampled and ASD chain passes and greedy and sampled tree passes read once.
 """
 
 from __future__ import annotations
@@ -145,13 +144,18 @@ def test_a_chain_pass_reads_the_device_once(decoder, watched, settings):
 @pytest.mark.parametrize("settings", [
     dict(verify="greedy", drafters=("draft-model",), k=4, tree=10),
     dict(verify="greedy", drafters=("prompt-lookup",), k=4, tree=6),
-], ids=["draft-model", "prompt-lookup"])
-def test_a_greedy_tree_pass_reads_the_device_once(decoder, watched, settings):
+    dict(verify="sample", drafters=("draft-model",), k=4, tree=10, sampling=SamplingSettings(0.9, 0, 0.9)),
+    dict(verify="sample", drafters=("prompt-lookup",), k=4, tree=6, sampling=SamplingSettings(1.2, 20, 0.8)),
+    dict(verify="sample", drafters=("draft-model",), k=3, tree=8, repetition=RepetitionSettings(1.3, 3)),
+], ids=["greedy-draft-model", "greedy-prompt-lookup", "sample-iid", "sample-deterministic", "sample-repetition"])
+def test_a_tree_pass_reads_the_device_once(decoder, watched, settings):
     mode, per_pass = watched
     passes, _ = run(decoder, PROMPTS[1], max_new_tokens=20, seed=3, **settings)
     assert any(p.tree for p in passes)
-    assert not mode.reads, sorted(set(mode.reads))  # the argmax came back with the event's numbers
+    assert not mode.reads, sorted(set(mode.reads))  # the argmax (greedy) or the walk came back with the event
     assert per_pass == [1] * len(passes)
+    if settings["verify"] == "sample" and settings["drafters"] == ("draft-model",):
+        assert any(p.detail.residual for p in passes)  # the residual's entries came back in the same read
 
 
 @pytest.mark.parametrize("inspect", [True, False])

@@ -210,6 +210,63 @@ def test_a_rule_that_forgets_the_rejected_siblings_fails_the_same_test(make_tree
     assert chi_square_pvalue(first_two(make_tree, n), EXACT, n) < 1e-6
 
 
+def walk_one_child_at_a_time(tree: TreeDraft, p: torch.Tensor, u: torch.Tensor, generator: torch.Generator):
+    """§9.3 as written: from the root, try each reached node's children in order against the running p'."""
+    path, tried, chances, node = [], [], {}, ROOT
+    while True:
+        p_prime, accepted = p[node + 1].clone(), None
+        for child in tree.children(node):
+            x = int(tree.tokens[child])
+            p_x, q_x = float(p_prime[x]), float(tree.q[child, x]) if tree.iid else None
+            chance = p_x if q_x is None else (0.0 if p_x <= 0 else min(1.0, p_x / q_x))
+            tried.append(child)
+            chances[child] = chance
+            if float(u[child]) < chance:
+                accepted = child
+                break
+            r = p_prime.clone()
+            if q_x is None:
+                r[x] = 0.0
+            else:
+                r = (p_prime - tree.q[child]).clamp(min=0.0)
+            p_prime = r / r.sum() if r.sum() > 0 else p_prime
+        if accepted is None:
+            return path, tried, chances, int(torch.multinomial(p_prime, 1, generator=generator))
+        path.append(accepted)
+        node = accepted
+
+
+@pytest.mark.parametrize("iid", [False, True], ids=["deterministic", "iid"])
+def test_the_walk_on_the_device_is_the_one_child_at_a_time_rule(iid):
+    """Same uniforms per node, same final draw: the batched walk decides exactly what §9.3 decides."""
+    rng = torch.Generator().manual_seed(5)
+    depths = Counter()
+    for trial in range(100):
+        n = int(torch.randint(1, 14, (), generator=rng))
+        parents = [int(torch.randint(-1, i, (), generator=rng)) for i in range(n)]
+        v = 16
+        p = torch.softmax(torch.randn(n + 1, v, generator=rng) * 4, dim=-1)
+        q = torch.softmax(torch.randn(n + 1, v, generator=rng) * 2, dim=-1)[torch.tensor(parents) + 1]  # parent's q
+        if iid:
+            tokens = [int(torch.multinomial(q[i], 1, generator=rng)) for i in range(n)]
+        else:  # siblings distinct: the parent row's likeliest tokens, best first (as top-k drafters choose)
+            ranked, rank = p.argsort(dim=-1, descending=True).tolist(), Counter()
+            tokens = []
+            for parent in parents:
+                tokens.append(ranked[parent + 1][rank[parent]])
+                rank[parent] += 1
+        tree = TreeDraft(torch.tensor(tokens), torch.tensor(parents), q if iid else None, iid=iid)
+        verdict = verify_tree_sampling(tree, p, torch.Generator().manual_seed(trial))
+        again = torch.Generator().manual_seed(trial)
+        u = torch.rand(n, generator=again)
+        path, tried, chances, token = walk_one_child_at_a_time(tree, p, u, again)
+        assert list(verdict.path) == path and list(verdict.tried) == tried and verdict.next_token == token
+        assert verdict.accept_prob == pytest.approx(chances, abs=1e-6)
+        assert (verdict.residual is None) == (not tree.children(path[-1] if path else ROOT))
+        depths[len(path)] += 1
+    assert len(depths) >= 3  # rejections at the root and paths of several lengths were compared
+
+
 # ---- through the decoder ----------------------------------------------------------------------------------------
 
 

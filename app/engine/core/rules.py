@@ -3,14 +3,15 @@
 
 Notation as in verify.py (chains) and tree.py (trees). These objects only choose and call the pure rules
 there: `chain` queues a chain block's device work and returns its `Ruling` (read back with the pass's event
-numbers in one transfer), `tree` queues a tree block's argmax and says how the host walks the tree from
-it, `charge` books the kept block into the rule's state. INSPECT_TOP and the ASD block start live here too:
-the greedy rule finds the inspector's top entries in its own search, and ASD's charge returns its start.
+numbers in one transfer), `tree` does the same for a tree block (greedy: the argmax, then the host walks
+the tree; sampling: the whole walk on the device), `charge` books the kept block into the rule's state.
+INSPECT_TOP and the ASD block start live here too: the greedy rule finds the inspector's top entries in its
+own search, and ASD's charge returns its start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,7 +19,7 @@ import torch
 from torch import Tensor
 
 from app.engine.core import rowwise
-from app.engine.core.tree import TreeDraft, TreeVerdict, greedy_tree_verdict, verify_tree_sampling
+from app.engine.core.tree import TreeDraft, TreeEnd, TreeLayout, TreeVerdict, greedy_tree_verdict, sampled_walk
 from app.engine.core.verify import (
     Ruling,
     Verdict,
@@ -45,19 +46,24 @@ class AsdBlockStart:
 
 @dataclass(frozen=True, eq=False)
 class TreeRuling:
-    """A tree rule as far as the device takes it: each row's argmax, read with the event's numbers, and how the
-    host finishes from its copy."""
+    """A tree rule as far as the device takes it: what the host reads with the event's numbers (each row's
+    argmax among them), how it finishes from its copies, and where a sampled walk ended."""
 
-    target_ids: Tensor  # (n+1,) long on the device: argmax z (greedy) or argmax p (sampling) per row
-    finish: Callable[[Tensor], TreeVerdict]  # the host copy of target_ids -> the verdict
+    reads: dict[str, Tensor]  # device tensors `finish` needs, by name; "target_ids" (n+1,) long: argmax z or p
+    finish: Callable[[Mapping[str, Tensor]], TreeVerdict]  # their host copies -> the verdict
+    end: TreeEnd | None = None  # sampling: the walk's end on the device, for the event's numbers
+
+    @property
+    def target_ids(self) -> Tensor:
+        return self.reads["target_ids"]
 
 
 class Rule(Protocol):
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         """The rule's device work for drafts x (K',) on the device, q (K', V) or None, logits and p (K'+1, V)."""
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
-        """The device work for the accepted path of a tree; logits and p (n+1, V)."""
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
+        """The device work for the accepted path of a tree (its indices on the device); logits and p (n+1, V)."""
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         """Book the `kept` drafts of a block; ASD's ledger as it stood at block start (None: no ledger)."""
@@ -69,8 +75,12 @@ class Greedy:
     def chain(self, x: Tensor, q: Tensor | None, logits: Tensor, p: Tensor, inspect: bool) -> Ruling:
         return greedy_ruling(x, logits, top=INSPECT_TOP if inspect else 1)  # the inspector's rows in the same search
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
-        return TreeRuling(rowwise.argmax(logits), lambda y: greedy_tree_verdict(tree, y.tolist(), y))
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
+        def finish(host: Mapping[str, Tensor]) -> TreeVerdict:
+            y = host["target_ids"]
+            return greedy_tree_verdict(tree, y.tolist(), y)
+
+        return TreeRuling({"target_ids": rowwise.argmax(logits)}, finish)
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         return None
@@ -86,9 +96,10 @@ class Sampling:
         u = torch.rand(x.numel(), generator=self.generator, device=logits.device)  # (K',)
         return sampling_ruling(x, p, q, u, self.generator)
 
-    def tree(self, tree: TreeDraft, logits: Tensor, p: Tensor) -> TreeRuling:
-        """The walk reads p' at every tried child on the host (tree.py): more than the pass's one read."""
-        return TreeRuling(rowwise.argmax(p), lambda y: verify_tree_sampling(tree, p, self.generator))
+    def tree(self, tree: TreeDraft, layout: TreeLayout, logits: Tensor, p: Tensor) -> TreeRuling:
+        """The whole walk on the device, the draws included (tree.py): read with the pass's one read."""
+        walk = sampled_walk(tree, layout, p, self.generator)
+        return TreeRuling(walk.reads, walk.finish, walk.end)
 
     def charge(self, verdict: Verdict, kept: int) -> AsdBlockStart | None:
         return None

@@ -31,13 +31,14 @@ docs/ALGORITHMS.md §9.3). A chain is the tree whose every node has one child.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from app.engine.core import rowwise
+from app.engine.core.verify import fetch
 
 ROOT = -1
 
@@ -207,6 +208,47 @@ class TreeRows:
         self.depths = torch.cat([self.depths, torch.tensor([len(line) - 1 for line in fresh], dtype=torch.long)])
 
 
+@dataclass(frozen=True, eq=False)
+class TreeLayout:
+    """The index tensors a tree's rules and event gather with, on the device, copied there in one transfer
+    before the verification forward is queued (a copy queued after it would wait for the forward)."""
+
+    tokens: Tensor  # (n,) long: x_i
+    parent_rows: Tensor  # (n,) long: row_of(π(i))
+    first_children: Tensor  # (n+1,) long: per row, its node's first child; 0 for a leaf
+    ranks: tuple[tuple[Tensor, Tensor], ...]  # per sibling rank r: the rows whose node has an r-th child, that child
+
+    @classmethod
+    def of(cls, tree: TreeDraft, device: torch.device) -> TreeLayout:
+        ranks = _sibling_ranks(tree)
+        pieces = [tree.tokens.tolist(), [row_of(parent) for parent in tree.parents.tolist()], _first_children(tree)]
+        pieces += [part for rank in ranks for part in rank]
+        flat = torch.tensor([v for piece in pieces for v in piece], dtype=torch.long).to(device)  # the one copy
+        tokens, parent_rows, first_children, *rest = flat.split([len(piece) for piece in pieces])
+        return cls(tokens, parent_rows, first_children, tuple(zip(rest[0::2], rest[1::2], strict=True)))
+
+
+def _sibling_ranks(tree: TreeDraft) -> list[tuple[list[int], list[int]]]:
+    """Per sibling rank r: the rows of the parents that have an r-th child, and those children."""
+    ranks: list[tuple[list[int], list[int]]] = []
+    count: dict[int, int] = {}
+    for child, parent in enumerate(tree.parents.tolist()):
+        rank = count[parent] = count.get(parent, -1) + 1
+        if rank == len(ranks):
+            ranks.append(([], []))
+        ranks[rank][0].append(row_of(parent))
+        ranks[rank][1].append(child)
+    return ranks
+
+
+def _first_children(tree: TreeDraft) -> list[int]:
+    """Per row (n+1): the first child of its node, 0 for a leaf."""
+    first = [0] * (len(tree) + 1)
+    for child, parent in reversed(list(enumerate(tree.parents.tolist()))):
+        first[row_of(parent)] = child
+    return first
+
+
 # ---------------------------------------------------------------- rules
 
 
@@ -261,65 +303,97 @@ def greedy_tree_verdict(tree: TreeDraft, y_host: list[int], target_ids: Tensor) 
 def verify_tree_sampling(tree: TreeDraft, p: Tensor, generator: torch.Generator) -> TreeVerdict:
     """Lossless tree verification; p (n+1, V) warped target probabilities on the generator's device.
 
-    Deterministic children are tried as one-hot drafts against the running residual; children drawn i.i.d.
-    from q (tree.iid) use SpecInfer's multi-round rule. Draws: one uniform per tried child, one final sample.
+    `sampled_walk` read back on its own (a pass reads it together with its event's numbers).
     """
-    tokens = tree.tokens.tolist()
-    path: list[int] = []
-    tried: list[int] = []
-    accept_prob: dict[int, float] = {}
-    draws: dict[int, float] = {}
-    node = ROOT
-    residual: Tensor | None = None
-    while True:
-        children = tree.children(node)
-        if not children:
-            residual = None
-            break
-        p_prime = p[row_of(node)].float().clone()  # (V,)
-        accepted = None
-        for child in children:
-            x = tokens[child]
-            q_row = tree.q[child].to(p_prime.device).float() if tree.iid and tree.q is not None else None
-            chance = _acceptance(p_prime, q_row, x)
-            u = float(torch.rand((), generator=generator, device=p_prime.device))
-            tried.append(child)
-            accept_prob[child], draws[child] = chance, u
-            if u < chance:
-                accepted = child
-                break
-            p_prime = _residual(p_prime, q_row, x)
-        if accepted is None:
-            residual = p_prime
-            break
-        path.append(accepted)
-        node = accepted
-    final_row = residual if residual is not None else p[row_of(node)].float()
-    next_token = int(torch.multinomial(final_row, 1, generator=generator))
-    target_ids = rowwise.argmax(p)
-    return TreeVerdict(tuple(path), next_token, target_ids, tuple(tried), accept_prob, draws, residual)
+    walk = sampled_walk(tree, TreeLayout.of(tree, p.device), p, generator)
+    return walk.finish(fetch(walk.reads))
 
 
-def _acceptance(p_prime: Tensor, q_row: Tensor | None, x: int) -> float:
-    """min(1, p'(x) / q(x)); p'(x) for a deterministic child; 0 when p'(x) = 0."""
-    p_x = float(p_prime[x])
-    if q_row is None:
+@dataclass(frozen=True, eq=False)
+class TreeEnd:
+    """Where a sampled walk ended, on the device, so that the event's numbers are gathered without waiting."""
+
+    row: Tensor  # (1,) long: row_of the path's end
+    next_token: Tensor  # (1,) long: drawn from `residual`
+    residual: Tensor  # (V,) float32: p' after every child of the end was rejected; p of its row at a leaf
+    rejected: Tensor  # (1,) long: the end's first child, tried and rejected (node 0 at a leaf: not shown)
+
+
+@dataclass(frozen=True, eq=False)
+class SampledWalk:
+    """The sampling rule on the device: what the host reads (one transfer) and how it finishes the verdict."""
+
+    tree: TreeDraft
+    reads: dict[str, Tensor]  # "tree_path" (depth,) with ROOT after the end, "next_token" (1,), per node (n,)
+    # "accept_prob" and "u", and "target_ids" (n+1,): argmax p per row
+    end: TreeEnd
+
+    def finish(self, host: Mapping[str, Tensor]) -> TreeVerdict:
+        tree = self.tree
+        path = [node for node in host["tree_path"].tolist() if node != ROOT]
+        tried: list[int] = []
+        for node, taken in zip([ROOT, *path], [*path, None], strict=True):
+            children = tree.children(node)
+            tried.extend(children if taken is None else children[: children.index(taken) + 1])
+        chance, u = host["accept_prob"].tolist(), host["u"].tolist()
+        rejected = bool(tree.children(path[-1] if path else ROOT))
+        return TreeVerdict(tuple(path), int(host["next_token"][0]), host["target_ids"], tuple(tried),
+                           {c: chance[c] for c in tried}, {c: u[c] for c in tried},
+                           self.end.residual if rejected else None)
+
+
+def sampled_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, generator: torch.Generator) -> SampledWalk:
+    """Both sampling rules for every node at once, then the walk down the accepted children, all on the device.
+
+    Draws, in this order: one uniform per node (used when the node is tried), one sample from the end's p'.
+    Each row runs its children's trials as if it were reached (rank by rank: the r-th children of all rows
+    together); the walk then follows the accepted child from the root, so only reached rows count. Every
+    tried child still meets a fresh uniform against its own row's running p', hence the rule of §9.3 exactly.
+    """
+    n, device = len(tree), p.device
+    u = torch.rand(n, generator=generator, device=device)  # (n,)
+    running = p.float().clone()  # (n+1, V) p' of every row
+    accepted = torch.full((n + 1,), ROOT, dtype=torch.long, device=device)  # (n+1,) each row's accepted child
+    chance = torch.zeros(n, device=device)  # (n,) each node's acceptance probability, were it tried
+    tokens = layout.tokens  # (n,)
+    q = tree.q.to(device).float() if tree.iid and tree.q is not None else None  # (n, V)
+    for rows, children in layout.ranks:  # (m,) each; rows distinct
+        still_open = accepted[rows] == ROOT  # (m,) no earlier sibling accepted
+        p_prime, x = running[rows], tokens[children]  # (m, V), (m,)
+        q_rows = None if q is None else q[children]  # (m, V)
+        c = _acceptance(p_prime, q_rows, x)  # (m,)
+        chance[children] = c
+        take = still_open & (u[children] < c)  # (m,)
+        accepted[rows] = torch.where(take, children, accepted[rows])
+        running[rows] = _residual(p_prime, q_rows, x)  # a row that has accepted never reads its p' again
+    row = torch.zeros(1, dtype=torch.long, device=device)  # (1,) the root's row
+    steps = []
+    for _ in range(max(tree.depths, default=0)):
+        child = accepted.index_select(0, row)  # (1,) ROOT past the end
+        steps.append(child)
+        row = torch.where(child == ROOT, row, child + 1)
+    residual = running.index_select(0, row)[0]  # (V,)
+    next_token = torch.multinomial(residual, 1, generator=generator)  # (1,)
+    reads = {"tree_path": torch.cat(steps) if steps else accepted[:0], "next_token": next_token,
+             "accept_prob": chance, "u": u, "target_ids": rowwise.argmax(p)}
+    return SampledWalk(tree, reads, TreeEnd(row, next_token, residual, layout.first_children.index_select(0, row)))
+
+
+def _acceptance(p_prime: Tensor, q_rows: Tensor | None, x: Tensor) -> Tensor:
+    """min(1, p'(x) / q(x)) per row; p'(x) for deterministic children; 0 when p'(x) = 0. (m, V), (m,) -> (m,)."""
+    p_x = p_prime.gather(1, x[:, None]).squeeze(1)  # (m,)
+    if q_rows is None:
         return p_x
-    q_x = float(q_row[x])
-    if p_x <= 0.0:
-        return 0.0
-    return 1.0 if q_x <= 0.0 else min(1.0, p_x / q_x)
+    ratio = p_x / q_rows.gather(1, x[:, None]).squeeze(1)  # inf where q(x) = 0 < p'(x)
+    return torch.where(p_x > 0, ratio.clamp(max=1.0), 0.0)
 
 
-def _residual(p_prime: Tensor, q_row: Tensor | None, x: int) -> Tensor:
-    """p' after rejecting x: p' with x zeroed (deterministic) or max(0, p' - q) (i.i.d.), renormalised.
+def _residual(p_prime: Tensor, q_rows: Tensor | None, x: Tensor) -> Tensor:
+    """p' after rejecting x, per row: x zeroed (deterministic) or max(0, p' - q) (i.i.d.), renormalised.
 
-    If nothing is left (possible only through rounding), p' is kept: the next draw then still follows p'.
+    (m, V), (m,) -> (m, V). Where nothing is left (possible only through rounding), p' is kept: the next
+    draw then still follows p'.
     """
-    if q_row is None:
-        r = p_prime.clone()
-        r[x] = 0.0
-    else:
-        r = (p_prime - q_row).clamp(min=0.0)
-    total = r.sum()
-    return r / total if total > 0 else p_prime
+    r = p_prime.scatter(1, x[:, None], 0.0) if q_rows is None else (p_prime - q_rows).clamp(min=0.0)
+    total = r.sum(1, keepdim=True)  # (m, 1)
+    return torch.where(total > 0, r / total, p_prime)

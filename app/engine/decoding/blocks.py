@@ -17,7 +17,7 @@ from torch import Tensor
 from app.engine.core.detok import StreamDetokenizer
 from app.engine.core.rules import Rule
 from app.engine.core.sampling import TokenSampler
-from app.engine.core.tree import TreeDraft, TreeVerdict, row_of, verification_parents
+from app.engine.core.tree import TreeDraft, TreeLayout, TreeVerdict, row_of, verification_parents
 from app.engine.core.verify import fetch
 from app.engine.decoding.pass_events import (
     Commit,
@@ -26,9 +26,9 @@ from app.engine.decoding.pass_events import (
     inspection,
     main_line,
     tree_block,
+    tree_end_reads,
     tree_nodes,
     tree_reads,
-    tree_verdict_reads,
 )
 from app.engine.drafters.base import Draft
 from app.engine.drafters.chain import DrafterChain
@@ -97,17 +97,18 @@ class ChainBlock:
 class TreeBlock:
     """A draft tree (at most `budget` nodes, `depth` levels) verified in one forward with a tree mask (§9)."""
 
-    def __init__(self, tree: TreeDraft, drafter: str | None, depth: int) -> None:
+    def __init__(self, tree: TreeDraft, drafter: str | None, depth: int, device: torch.device) -> None:
         self.tree, self.drafter, self.k = tree, drafter, depth
+        self.layout = TreeLayout.of(tree, device)  # copied before the forward is queued, not after it
         self.prompt_tokens = 0
         self._verdict: TreeVerdict | None = None
         self._host: dict[str, Tensor] = {}
 
     @classmethod
     def drafted(cls, chain: DrafterChain, ids: Tensor, settings: DecodeSettings, depth: int, budget: int,
-                sampler: TokenSampler) -> TreeBlock:
+                sampler: TokenSampler, device: torch.device) -> TreeBlock:
         tree, name = chain.draft_tree(ids, settings, depth, budget, sampler)
-        return cls(tree, name, depth)
+        return cls(tree, name, depth, device)
 
     def verify(self, target: CachedModel, ids: Tensor, sampler: TokenSampler) -> Tensor:
         tree = self.tree
@@ -119,13 +120,12 @@ class TreeBlock:
         return logits
 
     def read(self, rule: Rule, logits: Tensor, p: Tensor, inspect: bool) -> VerifiedBlock:
-        ruling = rule.tree(self.tree, logits, p)
-        host = fetch(tree_reads(self.tree, p, ruling.target_ids, inspect))  # the pass's one read
-        verdict = self._verdict = ruling.finish(host["target_ids"])
-        line = main_line(self.tree, verdict)
-        late = tree_verdict_reads(self.tree, verdict, line, p, host, inspect)  # none under greedy
-        self._host = host | fetch(late) if late else host
-        return tree_block(self.tree, verdict, line, self._host)
+        ruling = rule.tree(self.tree, self.layout, logits, p)
+        shown = tree_reads(self.tree, self.layout, p, ruling.target_ids, inspect) | \
+            tree_end_reads(self.tree, self.layout, ruling.end, p, inspect)
+        host = self._host = fetch(ruling.reads | shown)  # the pass's one read
+        verdict = self._verdict = ruling.finish(host)
+        return tree_block(self.tree, verdict, main_line(self.tree, verdict), host)
 
     def keep(self, target: CachedModel, ids: Tensor, commit: Commit) -> None:
         assert self._verdict is not None, "read before keep"

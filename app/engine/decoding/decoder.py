@@ -198,7 +198,8 @@ class SpeculativeDecoder:
     def _draft(self, req: _Request, settings: DecodeSettings, k: int, room: int, sampler: TokenSampler) -> Block:
         """A tree when the settings ask for one and the target takes it, else a chain of at most k drafts."""
         if settings.tree is not None and k and self._can_verify_trees(req):
-            return TreeBlock.drafted(self.chain, req.ids, settings, k, min(settings.tree, room), sampler)
+            return TreeBlock.drafted(self.chain, req.ids, settings, k, min(settings.tree, room), sampler,
+                                     self.models.device)
         return ChainBlock.drafted(self.chain, req.ids, settings, k, sampler, self.models.device)
 
     def _can_verify_trees(self, req: _Request) -> bool:

@@ -29,7 +29,7 @@ from app.engine.core import rowwise
 from app.engine.core.detok import StreamDetokenizer
 from app.engine.core.rules import INSPECT_TOP, AsdBlockStart
 from app.engine.core.sampling import MASS_SCALE
-from app.engine.core.tree import ROOT, TreeDraft, TreeVerdict, row_of
+from app.engine.core.tree import ROOT, TreeDraft, TreeEnd, TreeLayout, TreeVerdict, row_of
 from app.engine.core.verify import Rejection, Verdict, fetch
 from app.engine.events import (
     ACCEPTED,
@@ -311,16 +311,15 @@ def main_line(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
     return list(verdict.path) + ([rejected] if rejected is not None else [])
 
 
-def tree_reads(tree: TreeDraft, p: Tensor, target_ids: Tensor, inspect: bool = True) -> dict[str, Tensor]:
+def tree_reads(tree: TreeDraft, layout: TreeLayout, p: Tensor, target_ids: Tensor,
+               inspect: bool = True) -> dict[str, Tensor]:
     """What a tree pass's event shows that no verdict decides, gathered where p lives, so that it is read back
     with the rule's argmax in one transfer: per row (n+1) the target's token and its p, per node (n) its p,
     its q and the target's token at its parent; with `inspect` the top of p per row and of q per node.
 
-    p (n+1, V): the rows of the root and the nodes; target_ids (n+1,) long on p's device.
+    p (n+1, V): the rows of the root and the nodes; target_ids (n+1,) long and `layout` on p's device.
     """
-    device = p.device
-    parent_rows = (tree.parents + 1).to(device)  # (n,) row_of(parent)
-    tokens = tree.tokens.to(device)  # (n,)
+    parent_rows, tokens = layout.parent_rows, layout.tokens  # (n,) each
     reads = {"target_ids": target_ids, "row_p_target": _at(p, target_ids), "node_p": p[parent_rows, tokens],
              "node_targets": target_ids[parent_rows]}
     if tree.q is not None:
@@ -331,27 +330,26 @@ def tree_reads(tree: TreeDraft, p: Tensor, target_ids: Tensor, inspect: bool = T
     return reads
 
 
-def tree_verdict_reads(draft: TreeDraft, verdict: TreeVerdict, line: list[int], p: Tensor, host: Mapping[str, Tensor],
-                       inspect: bool = True) -> dict[str, Tensor]:
-    """What the event shows that depends on the verdict, when there is any (never under greedy): p of the
-    appended token where it is not the row's argmax, and with `inspect` the residual at a sampled rejection."""
-    a = verdict.n_accepted
-    row = ([ROOT] + line)[a] + 1  # row_of the path's end
-    reads: dict[str, Tensor] = {}
-    token = torch.tensor([verdict.next_token], device=p.device)  # (1,)
-    if verdict.next_token != int(host["target_ids"][row]):
-        reads["p_next"] = p[row].index_select(0, token)
-    if inspect and verdict.residual is not None and a < len(line):
-        node = line[a]
-        q_row = None if draft.q is None else draft.q[node]
-        reads |= residual_reads(p[row], q_row, draft.tokens[node: node + 1].to(p.device), verdict.residual, token)
+def tree_end_reads(tree: TreeDraft, layout: TreeLayout, end: TreeEnd | None, p: Tensor,
+                   inspect: bool = True) -> dict[str, Tensor]:
+    """What the event shows about the end of a sampled walk (none under greedy), gathered on the device before
+    the pass's one read: p of the appended token, and with `inspect` the residual at the end's first child
+    (read whatever the walk did; shown only when the walk ended in a rejection)."""
+    if end is None:
+        return {}
+    p_row = p.index_select(0, end.row)[0]  # (V,)
+    reads = {"p_next": p_row.index_select(0, end.next_token)}  # (1,)
+    if inspect and len(tree):
+        q_row = None if tree.q is None else tree.q.index_select(0, end.rejected.to(tree.q.device))[0]  # (V,)
+        x = layout.tokens.index_select(0, end.rejected)  # (1,)
+        reads |= residual_reads(p_row, q_row, x, end.residual, end.next_token)
     return reads
 
 
 def tree_block(tree: TreeDraft, verdict: TreeVerdict, line: list[int], host: Mapping[str, Tensor]) -> VerifiedBlock:
     """The tree's verified main line as a chain block, so the chain's tokens, statistics and detail apply.
 
-    `host`: the host copies of `tree_reads` and `tree_verdict_reads`.
+    `host`: the host copies of `tree_reads` and `tree_end_reads`.
     """
     rows = torch.tensor([0] + [row_of(node) for node in line])  # (K'+1,)
     nodes = torch.tensor(line, dtype=torch.long)  # (K',)
