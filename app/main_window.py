@@ -76,6 +76,7 @@ SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
 TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
+FIRST_START_GUIDE = "Guide: start here"  # the guide's tab title until it is first opened
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -883,7 +884,21 @@ class MainWindow(QMainWindow):
         self.speed.set_rate(controls.passes_per_s)
         self.set_pass_rows(controls.pass_rows)
         if not controls.guide_seen:
-            self.show_guide()  # first launch: the guide is the tour
+            self._offer_guide()
+
+    def _offer_guide(self) -> None:
+        """First launch: the guide's tab waits beside the drafter panel, which stays in front (a first run
+        needs the drafters and K; the charts stay in view below), its title inviting until it is first opened."""
+        self.guide_dock.show()
+        self.drafters_dock.raise_()
+        self.guide_dock.setWindowTitle(FIRST_START_GUIDE)
+        self.guide_dock.setToolTip("A tour of the window, with ready prompts (F1)")
+        self.guide_dock.visibilityChanged.connect(self._guide_opened)
+
+    def _guide_opened(self, visible: bool) -> None:
+        if visible:
+            self.guide_dock.setWindowTitle("Guide")
+            self.guide_dock.visibilityChanged.disconnect(self._guide_opened)
 
     def save_settings(self) -> None:
         controls = SavedControls(

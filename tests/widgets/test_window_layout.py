@@ -122,8 +122,10 @@ def test_classroom_layout_fits_1024x700(qtbot, make_window):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_guide_wraps_its_text_in_the_dock(qtbot, store, make_window, size):
-    store.setValue("guide/seen", False)  # first start: the guide is in front
+    store.setValue("guide/seen", False)  # first start: the guide is offered
     window = shown_window(make_window, size)
+    window.show_guide()
+    QApplication.processEvents()
     assert window.guide_dock.isVisible() and isinstance(window.guide_dock.widget(), GuidePanel)  # scrolls itself
     browser = window.guide.browser
     assert browser.document().size().width() <= browser.viewport().width()
