@@ -275,6 +275,20 @@ def test_an_out_of_range_number_is_reported_not_silently_replaced(qtbot, fake_wi
     assert fields.range_error is not None and fields.range_error.startswith("Max new tokens must be from 1")
 
 
+def test_asd_knobs_that_make_it_strict_greedy_are_said_beside_them(qtbot, fake_window):
+    panel = fake_window.drafters
+    panel.set_rule("asd")
+    panel.gate.setValue(5.0)
+    panel.cap.setValue(0)
+    assert not panel.asd_note.isHidden() and "M = 0" in panel.asd_note.text()
+    assert "strict greedy" in panel.asd_note.text()
+    panel.cap.setValue(2)
+    assert panel.asd_note.isHidden()
+    panel.cap.setValue(0)
+    panel.set_rule("greedy")
+    assert panel.asd_note.isHidden()  # about ASD only
+
+
 def test_speed_and_one_pass_per_line_are_remembered(qtbot, make_window):
     window = make_window(FakeEngine())
     window.speed.set_rate(2.0)
