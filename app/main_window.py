@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QStackedWidget,
     QTabBar,
@@ -77,6 +78,7 @@ TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 FIRST_START_GUIDE = "Guide: start here"  # the guide's tab title until it is first opened
+PRESENTATION_MENU_SCALE = 1.6  # menus read from the back of a room in presentation mode
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -802,6 +804,7 @@ class MainWindow(QMainWindow):
             for bar in self.findChildren(QToolBar):
                 bar.show()
         theme_hub().set_presentation(on)
+        self._size_menus()
         for action in self.presentation_keys:
             action.setEnabled(on)
         if on:
@@ -843,7 +846,18 @@ class MainWindow(QMainWindow):
         self.setFont(font)
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
+        self._size_menus()
         QTimer.singleShot(0, self._size_side_docks)  # larger text needs a wider prompt panel, once laid out
+
+    def _size_menus(self) -> None:
+        """The menu bar and its menus at the window's text size, larger still in presentation mode: a menu is a
+        window of its own, so it does not inherit the window's font."""
+        font = QFont(self.font())
+        if self.presenting:
+            font.setPointSizeF(QApplication.font().pointSizeF() * PRESENTATION_MENU_SCALE)
+        self.menuBar().setFont(font)
+        for menu in self.menuBar().findChildren(QMenu):
+            menu.setFont(font)
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
