@@ -74,6 +74,7 @@ EXPORTS = {
 }
 CHARTS_SHARE_PERCENT = 52  # of a tall window's height
 SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
+CLASSROOM_CHARTS_SHARE_PERCENT = 42  # at most, in the Classroom layout: its prompt keeps six lines at 1600x1000
 TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
@@ -779,6 +780,8 @@ class MainWindow(QMainWindow):
         """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
         a small window keeps room for the prompt's buttons and the text."""
         percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
+        if self.classroom_action.isChecked():  # the larger text needs more room for the prompt and the stream
+            percent = min(percent, CLASSROOM_CHARTS_SHARE_PERCENT)
         return max(MIN_CHARTS_PX, self.height() * percent // 100)
 
     # --- presentation mode -------------------------------------------------------------------------------
@@ -847,7 +850,7 @@ class MainWindow(QMainWindow):
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
         self._size_menus()
-        QTimer.singleShot(0, self._size_side_docks)  # larger text needs a wider prompt panel, once laid out
+        QTimer.singleShot(0, self._size_docks)  # larger text needs a wider prompt panel and a taller top, once laid out
 
     def _size_menus(self) -> None:
         """The menu bar and its menus at the window's text size, larger still in presentation mode: a menu is a
