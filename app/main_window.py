@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QStackedWidget,
     QTabBar,
@@ -73,9 +74,12 @@ EXPORTS = {
 }
 CHARTS_SHARE_PERCENT = 52  # of a tall window's height
 SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
+CLASSROOM_CHARTS_SHARE_PERCENT = 42  # at most, in the Classroom layout: its prompt keeps six lines at 1600x1000
 TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
+FIRST_START_GUIDE = "Guide: start here"  # the guide's tab title until it is first opened
+PRESENTATION_MENU_SCALE = 1.6  # menus read from the back of a room in presentation mode
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
@@ -776,6 +780,8 @@ class MainWindow(QMainWindow):
         """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
         a small window keeps room for the prompt's buttons and the text."""
         percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
+        if self.classroom_action.isChecked():  # the larger text needs more room for the prompt and the stream
+            percent = min(percent, CLASSROOM_CHARTS_SHARE_PERCENT)
         return max(MIN_CHARTS_PX, self.height() * percent // 100)
 
     # --- presentation mode -------------------------------------------------------------------------------
@@ -801,6 +807,7 @@ class MainWindow(QMainWindow):
             for bar in self.findChildren(QToolBar):
                 bar.show()
         theme_hub().set_presentation(on)
+        self._size_menus()
         for action in self.presentation_keys:
             action.setEnabled(on)
         if on:
@@ -842,7 +849,18 @@ class MainWindow(QMainWindow):
         self.setFont(font)
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
-        QTimer.singleShot(0, self._size_side_docks)  # larger text needs a wider prompt panel, once laid out
+        self._size_menus()
+        QTimer.singleShot(0, self._size_docks)  # larger text needs a wider prompt panel and a taller top, once laid out
+
+    def _size_menus(self) -> None:
+        """The menu bar and its menus at the window's text size, larger still in presentation mode: a menu is a
+        window of its own, so it does not inherit the window's font."""
+        font = QFont(self.font())
+        if self.presenting:
+            font.setPointSizeF(QApplication.font().pointSizeF() * PRESENTATION_MENU_SCALE)
+        self.menuBar().setFont(font)
+        for menu in self.menuBar().findChildren(QMenu):
+            menu.setFont(font)
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
@@ -883,7 +901,21 @@ class MainWindow(QMainWindow):
         self.speed.set_rate(controls.passes_per_s)
         self.set_pass_rows(controls.pass_rows)
         if not controls.guide_seen:
-            self.show_guide()  # first launch: the guide is the tour
+            self._offer_guide()
+
+    def _offer_guide(self) -> None:
+        """First launch: the guide's tab waits beside the drafter panel, which stays in front (a first run
+        needs the drafters and K; the charts stay in view below), its title inviting until it is first opened."""
+        self.guide_dock.show()
+        self.drafters_dock.raise_()
+        self.guide_dock.setWindowTitle(FIRST_START_GUIDE)
+        self.guide_dock.setToolTip("A tour of the window, with ready prompts (F1)")
+        self.guide_dock.visibilityChanged.connect(self._guide_opened)
+
+    def _guide_opened(self, visible: bool) -> None:
+        if visible:
+            self.guide_dock.setWindowTitle("Guide")
+            self.guide_dock.visibilityChanged.disconnect(self._guide_opened)
 
     def save_settings(self) -> None:
         controls = SavedControls(

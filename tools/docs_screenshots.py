@@ -78,6 +78,7 @@ def render(app, engine, size: tuple[int, int], show, path: Path) -> None:
         show(app, window)
         settle(app)
         save_small(window.grab().toImage(), path)
+        window.set_presentation(False)  # the chart theme is the application's: the next picture starts normal
         window.shutdown()
         window.close()
         window.deleteLater()

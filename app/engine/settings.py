@@ -98,6 +98,16 @@ class AsdSettings:
         _require(_is_number(self.gate) and self.gate >= 0, f"ASD gate g must be a number >= 0 (got {self.gate!r})")
         _require(_is_int(self.cap) and self.cap >= 0, f"ASD block cap M must be a whole number >= 0 (got {self.cap!r})")
 
+    def strict_greedy_reason(self) -> str | None:
+        """Why these knobs let no mismatch through, so ASD runs as strict greedy (§5.5), or None when some may
+        pass. They are allowed (the limit is worth showing), but a user who set them should know."""
+        reasons = [why for zero, why in ((self.budget == 0, "B = 0 leaves no budget to spend"),
+                                         (self.gate == 0, "g = 0 lets no regret through the gate"),
+                                         (self.cap == 0, "M = 0 allows no mismatch in a block")) if zero]
+        if not reasons:
+            return None
+        return f"{'; '.join(reasons)}: ASD accepts no mismatch and runs as strict greedy."
+
 
 @dataclass(frozen=True)
 class DrafterOptions:

@@ -23,7 +23,9 @@ Each plot has its legend under it, as a compact table of text (never over the
 curves, never clipped), and a minimum height; the grid scrolls when the dock
 is smaller than that. The grid reflows to the dock's width: three plots to a
 row when they fit beside each other at their minimum widths, else two, else
-one (the Classroom layout's larger text in a small window), and it tells its
+one (the Classroom layout's larger text in a small window); all five in one row
+when two rows would not fit the dock's height but one row fits its width (a
+short window such as 1366x768), and it tells its
 scroll area the minimum size of the arrangement it shows, so a plot is never
 drawn past the dock's edge: the area scrolls to it instead, sideways only
 when not even one plot fits across. A raised tab redraws what arrived while
@@ -337,16 +339,24 @@ class RunCharts(QWidget):
         return QSize(int(np.ceil(width)) + frame, int(np.ceil(height)) + frame)
 
     def _fitting_columns(self) -> int:
-        """The most plots to a row that fit across the scroll area, less its vertical scroll bar when the
-        grid is taller than the area (one when not even one fits: then the area scrolls sideways)."""
+        """The most plots to a row (up to MAX_COLUMNS) that fit across the scroll area, less its vertical scroll
+        bar when the grid is taller than the area (one when not even one fits: then the area scrolls sideways).
+        When that grid is taller than the area but all the plots fit across it in one row, they take one row:
+        a short dock (1366x768) shows every plot without scrolling rather than the first row only."""
         room = self.scroll.contentsRect().size()
         bar = self.scroll.verticalScrollBar().sizeHint().width()
-        for columns in range(min(MAX_COLUMNS, len(self._laid())), 1, -1):
-            need = self.grid_minimum(columns)
+        laid = len(self._laid())
+        columns = 1
+        for wanted in range(min(MAX_COLUMNS, laid), 1, -1):
+            need = self.grid_minimum(wanted)
             if need.width() <= room.width() - (bar if need.height() > room.height() else 0):
-                return columns
-        return 1
-
+                columns = wanted
+                break
+        if laid > columns and self.grid_minimum(columns).height() > room.height():
+            one_row = self.grid_minimum(laid)
+            if one_row.width() <= room.width() - (bar if one_row.height() > room.height() else 0):
+                return laid
+        return columns
 
     @property
     def plots(self) -> tuple[pg.PlotItem, ...]:

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.drafters.registry import BRANCHING_DRAFTERS, DRAFTER_LABELS
-from app.engine.settings import MAX_K, MAX_TREE_NODES, DecodeSettings
+from app.engine.settings import MAX_K, MAX_TREE_NODES, AsdSettings, DecodeSettings
 from app.widgets.fields import CheckedDoubleSpinBox, CheckedSpinBox, spin_box
 
 THROTTLE_MS = 120
@@ -179,6 +179,11 @@ class DrafterPanel(QWidget):
         column.addLayout(rules)
         column.addWidget(self.sampling_form)
         column.addWidget(self.asd_form)
+        self.asd_note = QLabel()  # when B, g or M let no mismatch through: ASD is strict greedy then
+        self.asd_note.setWordWrap(True)
+        self.asd_note.setStyleSheet("color: #6b6b6b;")
+        self.asd_note.hide()
+        column.addWidget(self.asd_note)
         self._build_repetition(column)
 
     def _build_repetition(self, column: QVBoxLayout) -> None:
@@ -345,8 +350,15 @@ class DrafterPanel(QWidget):
     def _sync_enabled(self) -> None:
         self.sampling_form.setEnabled(self.rule == "sample")
         self.asd_form.setEnabled(self.rule == "asd")
+        self._sync_asd_note()
         self.exit_layer.setEnabled("layer-skip" in self.checked_drafters())
         self._sync_tree()
+
+    def _sync_asd_note(self) -> None:
+        reason = AsdSettings(budget=self.budget.value(), gate=self.gate.value(),
+                             cap=self.cap.value()).strict_greedy_reason() if self.rule == "asd" else None
+        self.asd_note.setText(reason or "")
+        self.asd_note.setVisible(reason is not None)
 
     def _sync_tree(self) -> None:
         """The tree's controls: off under ASD (saying why), K named the depth limit while the tree is on."""

@@ -4,7 +4,9 @@ The entries and the "Hide rejected" box flow as one run of text across the whole
 one line the box stands at the right end, otherwise it follows the last entry like a word. When the full labels
 ("accepted draft", "resampled / correction", ...) would take more lines than short ones ("accepted",
 "resampled", ...) — a narrow window or the Classroom layout's larger fonts — the legend shows the short ones;
-each entry's full label and description is its tooltip, and every outcome keeps its colour key.
+each entry's full label and description is its tooltip, and every outcome keeps its colour key. The legend's
+own tooltip also explains the prompt's look and the stream's marks (a tree's branch count, a settings change),
+which would not fit on the line.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QCheckBox, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.widgets import token_style as ts
+from app.widgets.token_view import TREE_MARK
 
 SHOWN = (ts.ACCEPTED, ts.REJECTED, ts.RESAMPLED, ts.BONUS, ts.ASD_EXCEPTION, ts.TARGET)
 SHORT_LABELS = {
@@ -36,6 +39,10 @@ SHORT_LABELS = {
     ts.ASD_EXCEPTION: "ASD",
     ts.TARGET: "target only",
 }
+# In the tooltip only, so the legend keeps its one line at 1024 px: the prompt's look and the stream's marks.
+MARKS = ((f"{TREE_MARK}6", "after a pass that verified a token tree: its number of branches (not generated text)"),
+         ("⟂ K 4 → 6", "the drafter, K or verification rule changed here; the next pass uses it (not generated "
+                       "text)"))
 GAP = "\u2003"  # em space between entries
 BOX_SPACE = QUrl("legend:hide-rejected")  # an empty picture that holds the box's place in the text
 
@@ -54,7 +61,10 @@ class TokenLegend(QWidget):
         self.sample.viewport().setAutoFillBackground(False)
         # QTextEdit re-wraps its document to the viewport's width; the height follows every re-wrap.
         self.sample.document().documentLayout().documentSizeChanged.connect(self._fit_height)
-        self.sample.setToolTip("<br>".join(f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN))
+        self.sample.setToolTip("<br>".join([f"<b>{ts.LABELS[n]}</b>: {ts.EXPLANATIONS[n]}" for n in SHOWN]
+                                           + [f"<i>{ts.LABELS[ts.PROMPT]}</i> (grey italic): "
+                                              f"{ts.EXPLANATIONS[ts.PROMPT]}"]
+                                           + [f"<b>{mark}</b>: {words}" for mark, words in MARKS]))
         self.sample.viewport().installEventFilter(self)  # its width picks the labels; an entry's own tooltip
         self.hide_rejected = QCheckBox("Hide rejected", self.sample.viewport())  # placed in the flow of text
         self.hide_rejected.setToolTip("Hide the struck-through ghost text of rejected drafts")

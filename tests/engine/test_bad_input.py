@@ -44,6 +44,15 @@ def test_invalid_settings_raise_settings_error(build):
     assert str(info.value)
 
 
+@pytest.mark.parametrize(("asd", "named"), [(AsdSettings(gate=5.0, cap=0), "M = 0"), (AsdSettings(gate=0.0), "g = 0"),
+                                             (AsdSettings(budget=0.0), "B = 0")])
+def test_asd_knobs_that_let_no_mismatch_through_are_named_as_strict_greedy(asd, named):
+    """Allowed (§5.5: each reproduces strict greedy), but said, so g = 5 with M = 0 does not look broken."""
+    reason = asd.strict_greedy_reason()
+    assert reason is not None and named in reason and "strict greedy" in reason
+    assert AsdSettings(gate=5.0).strict_greedy_reason() is None  # a loose gate lets mismatches through
+
+
 def test_live_update_keeps_old_value_when_invalid():
     from app.engine.settings import LiveSettings
 

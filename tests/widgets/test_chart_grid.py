@@ -39,16 +39,22 @@ def charts_at(qtbot, width: int, scale: float) -> RunCharts:
     return charts
 
 
-def test_classroom_charts_fit_the_dock_at_1024x700_after_an_asd_run(qtbot, make_window):
-    window = shown_window(make_window, (1024, 700), FakeEngine())
-    window.classroom_action.trigger()
-    window.settings_model.use(verify="asd")
+def charts_after_a_run(qtbot, window) -> RunCharts:
+    """The window's charts once a 40-token run has been drawn in every plot."""
     window.controls.prompt.setPlainText("x")
     window.controls.max_tokens.setValue(40)
     run_to_end(qtbot, window)
     charts = window.charts
     qtbot.waitUntil(lambda: set(charts.point_counts().values()) == {len(window.session.passes)})
     QApplication.processEvents()
+    return charts
+
+
+def test_classroom_charts_fit_the_dock_at_1024x700_after_an_asd_run(qtbot, make_window):
+    window = shown_window(make_window, (1024, 700), FakeEngine())
+    window.classroom_action.trigger()
+    window.settings_model.use(verify="asd")
+    charts = charts_after_a_run(qtbot, window)
     assert charts.budget_state == "on" and charts.ledger_spent.getData()[0] is not None
     assert charts.columns == 2  # reflowed, not squeezed
     assert charts.scroll.horizontalScrollBar().maximum() == 0  # no sideways scrolling
@@ -98,4 +104,17 @@ def test_normal_text_keeps_three_to_a_row_where_the_classroom_text_takes_two(qtb
     charts.set_text_scale(1.0)
     QApplication.processEvents()
     assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert_every_plot_reachable(charts)
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
+def test_every_plot_shows_without_scrolling_after_a_run(qtbot, make_window, size):
+    """A short dock (1366x768) takes the five plots in one row rather than showing the first row only."""
+    window = shown_window(make_window, size, FakeEngine())
+    charts = charts_after_a_run(qtbot, window)
+    area = charts.scroll
+    assert area.verticalScrollBar().maximum() == 0 and area.horizontalScrollBar().maximum() == 0
+    for rect in charts.cell_rects():
+        assert area.viewport().rect().contains(rect), (rect, area.viewport().rect())
+    assert min(charts.plot_heights()) > 0
     assert_every_plot_reachable(charts)

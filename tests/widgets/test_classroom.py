@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontInfo
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMenu
 
 from app.engine.errors import ContextTooLongError
 from app.engine.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, TARGET
@@ -273,6 +273,33 @@ def test_an_out_of_range_number_is_reported_not_silently_replaced(qtbot, fake_wi
     fields.lineEdit().selectAll()
     qtbot.keyClicks(fields.lineEdit(), "0")
     assert fields.range_error is not None and fields.range_error.startswith("Max new tokens must be from 1")
+
+
+def test_asd_knobs_that_make_it_strict_greedy_are_said_beside_them(qtbot, fake_window):
+    panel = fake_window.drafters
+    panel.set_rule("asd")
+    panel.gate.setValue(5.0)
+    panel.cap.setValue(0)
+    assert not panel.asd_note.isHidden() and "M = 0" in panel.asd_note.text()
+    assert "strict greedy" in panel.asd_note.text()
+    panel.cap.setValue(2)
+    assert panel.asd_note.isHidden()
+    panel.cap.setValue(0)
+    panel.set_rule("greedy")
+    assert panel.asd_note.isHidden()  # about ASD only
+
+
+def test_menus_are_enlarged_in_presentation_mode_and_in_the_classroom_layout(qtbot, fake_window):
+    window = fake_window
+    menus = [window.menuBar(), *window.menuBar().findChildren(QMenu)]
+    assert len(menus) >= 4  # the bar, File, Edit, View, Help
+    normal = QApplication.font().pointSizeF()
+    window.presentation_action.trigger()
+    assert all(menu.font().pointSizeF() >= 1.5 * normal for menu in menus)
+    window.presentation_action.trigger()
+    assert all(menu.font().pointSizeF() == normal for menu in menus)
+    window.classroom_action.trigger()
+    assert all(menu.font().pointSizeF() == window.font().pointSizeF() > normal for menu in menus)
 
 
 def test_speed_and_one_pass_per_line_are_remembered(qtbot, make_window):

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from PySide6.QtWidgets import QApplication, QTabBar
 
 from app.engine.engine import LocalEngine
 from app.engine.load_request import LoadRequest
@@ -136,6 +137,19 @@ def test_the_drafter_list_shows_every_row_whole(make_window):
     rows = sum(chain.sizeHintForRow(i) for i in range(chain.count()))
     assert chain.count() >= 5 and chain.viewport().height() >= rows
     assert chain.verticalScrollBar().maximum() == 0
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1366, 768)])
+def test_first_start_shows_the_drafters_and_the_charts_with_the_guide_one_tab_away(qtbot, make_window, store, size):
+    store.setValue("guide/seen", False)
+    window = make_window(FakeEngine())
+    window.resize(*size)
+    QApplication.processEvents()
+    assert window.drafters_dock.isVisible() and window.drafters.chain.isVisible()
+    assert window.charts_dock.isVisible() and window.charts.isVisible()
+    bar = next(bar for bar in window.findChildren(QTabBar) if bar.isVisible()
+               and window.guide_dock.windowTitle() in {bar.tabText(i) for i in range(bar.count())})
+    assert bar.tabText(bar.currentIndex()) == window.drafters_dock.windowTitle()
 
 
 @pytest.mark.slow

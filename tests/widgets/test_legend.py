@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.widgets import token_style as ts
 from app.widgets.legend import SHORT_LABELS, SHOWN, TokenLegend
+from app.widgets.token_view import TREE_MARK
 from tests.widgets.fakes import FakeEngine
 from tests.widgets.helpers import fragment_outcomes
 from tests.widgets.test_window_layout import shown_window
@@ -129,3 +130,12 @@ def test_legend_in_the_window_at_1600x1000_is_one_line_of_full_labels(qtbot, mak
     legend = window.legend
     assert not legend.short and legend.line_count() == 1
     assert_compact_and_whole(legend)
+
+
+def test_the_legend_tooltip_explains_the_prompt_and_the_streams_marks_and_the_line_stays_one(qtbot):
+    legend = shown_legend(qtbot, 1400)
+    tip = legend.sample.toolTip()
+    assert f"{ts.LABELS[ts.PROMPT]}</i>" in tip and ts.EXPLANATIONS[ts.PROMPT] in tip
+    assert f"<b>{TREE_MARK}6</b>: " in tip and "branches" in tip  # the mark a tree pass gets in the stream
+    assert "<b>⟂ " in tip and "changed here" in tip
+    assert legend.line_count() == 1  # the entries on the line are the outcomes only

@@ -8,6 +8,7 @@ from PySide6.QtCore import QUrl
 from app.engine.events import PassEvent
 from app.engine.race import PLAIN, SPECULATIVE
 from app.engine.settings import MAX_K
+from app.main_window import FIRST_START_GUIDE
 from app.widgets.guide import READY_PROMPTS
 from app.widgets.inspector import (
     COL_ACCEPT,
@@ -270,9 +271,13 @@ def test_generation_waits_while_a_race_runs(qtbot, real_window):
 # ---------------------------------------------------------------- guide
 
 
-def test_guide_opens_on_first_launch_and_sets_up_ready_prompts(qtbot, make_window, store):
+def test_guide_is_offered_on_first_launch_and_sets_up_ready_prompts(qtbot, make_window, store):
     window = make_window(FakeEngine())
-    assert window.guide_dock.isVisible()
+    assert window.drafters_dock.isVisible() and not window.guide_dock.isHidden()  # its tab, beside the drafters
+    assert window.guide_dock in window.tabifiedDockWidgets(window.drafters_dock)
+    assert window.guide_dock.windowTitle() == FIRST_START_GUIDE  # its tab invites
+    window.guide_action.trigger()  # F1
+    assert window.guide_dock.isVisible() and window.guide_dock.windowTitle() == "Guide"
     html = window.guide.browser.toHtml()
     for words in ("accepted draft", "E(α, K)", "min(1, p(x) / q(x))", "Ready prompts"):
         assert words in html

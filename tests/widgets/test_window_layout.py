@@ -11,6 +11,7 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QDockWidget, QScrollArea, QTabBar
 
 from app.engine.load_request import LoadRequest
+from app.main_window import CLASSROOM_CHARTS_SHARE_PERCENT
 from app.widgets.guide import GuidePanel
 from app.widgets.inspector import COL_VERDICT
 from tests.widgets.fakes import FAKE_SUMMARY, FakeEngine
@@ -120,10 +121,23 @@ def test_classroom_layout_fits_1024x700(qtbot, make_window):
     assert_in_view(area, window.controls.generate_button)  # Generate without scrolling
 
 
+def test_classroom_layout_keeps_six_prompt_lines_and_the_whole_panel_at_1600x1000(qtbot, make_window):
+    window = shown_window(make_window, (1600, 1000), FakeEngine())
+    window.classroom_action.trigger()
+    qtbot.waitUntil(lambda: window.charts_dock.height() <= 1000 * CLASSROOM_CHARTS_SHARE_PERCENT // 100 + 2)
+    QApplication.processEvents()
+    prompt, area = window.controls.prompt, prompt_area(window)
+    assert prompt.viewport().height() >= 6 * prompt.fontMetrics().lineSpacing()
+    for widget in (window.controls.generate_button, window.controls.max_tokens, window.controls.seed):
+        assert_in_view(area, widget)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_guide_wraps_its_text_in_the_dock(qtbot, store, make_window, size):
-    store.setValue("guide/seen", False)  # first start: the guide is in front
+    store.setValue("guide/seen", False)  # first start: the guide is offered
     window = shown_window(make_window, size)
+    window.show_guide()
+    QApplication.processEvents()
     assert window.guide_dock.isVisible() and isinstance(window.guide_dock.widget(), GuidePanel)  # scrolls itself
     browser = window.guide.browser
     assert browser.document().size().width() <= browser.viewport().width()
