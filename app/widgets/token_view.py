@@ -143,7 +143,7 @@ class TokenView(QPlainTextEdit):
         block = self.document().begin()
         while block.isValid():
             if block.blockFormat().boolProperty(ts.PASS_ROW_PROPERTY):
-                rows.append(_block_outcomes(block))
+                rows.append(block_outcomes(block))
             block = block.next()
         return rows
 
@@ -431,7 +431,8 @@ def change_marker_format(dark: bool) -> QTextCharFormat:
     return fmt
 
 
-def _block_outcomes(block) -> list[str]:
+def block_outcomes(block) -> list[str]:
+    """The outcome names carried by the character formats of one text block's fragments, in order."""
     names = []
     it = block.begin()
     while not it.atEnd():

@@ -7,7 +7,7 @@ import threading
 from PySide6.QtCore import QCoreApplication
 from PySide6.QtGui import QTextCursor
 
-from app.widgets import token_style as ts
+from app.widgets.token_view import block_outcomes
 
 RUN_MS = 30_000
 
@@ -49,17 +49,10 @@ def wait_for_passes(qtbot, window, count: int, timeout: int = RUN_MS) -> None:
 
 def fragment_outcomes(view) -> set[str]:
     """Outcome names carried by the character formats of every text fragment of the view."""
-    found = set()
+    found: set[str] = set()
     block = view.document().begin()
     while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            fragment = it.fragment()
-            if fragment.isValid():
-                name = ts.outcome_of(fragment.charFormat())
-                if name:
-                    found.add(name)
-            it += 1
+        found.update(block_outcomes(block))
         block = block.next()
     return found
 
