@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 
@@ -40,3 +41,17 @@ def test_an_inductor_folder_the_user_chose_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.setenv(INDUCTOR_ENV, "/mine")
     assert keep_compiled(("demo/target",), torch.float32, torch.device("cpu")) is None
     assert os.environ[INDUCTOR_ENV] == "/mine" and not (tmp_path / "compiled").exists()
+
+
+def test_torchs_own_default_folder_is_not_a_users_choice(tmp_path, monkeypatch):
+    """Importing transformers makes Inductor write its default folder into the environment before the engine's
+    import reads it: that value must not switch the kept caches off."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    assert compile_cache.inductor_default_folder() == Path(default_cache_dir()).absolute()
+    monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(compile_cache, "USER_INDUCTOR_DIR", default_cache_dir())
+    monkeypatch.setenv(INDUCTOR_ENV, default_cache_dir())
+    folder = keep_compiled(("demo/target",), torch.float32, torch.device("cpu"))
+    assert folder is not None and folder.parent == tmp_path / "compiled"
+    assert os.environ[INDUCTOR_ENV] == str(folder)

@@ -9,21 +9,40 @@ and only traces them again with dynamo (seconds instead of minutes). A key's fol
 torch writes there; deleting it costs one slow load.
 
 `SPEC_PLAYGROUND_CACHE` names another user cache folder; a `TORCHINDUCTOR_CACHE_DIR` set before the engine was
-imported is the user's own choice and is left alone.
+imported is the user's own choice and is left alone, unless it names torch's own default folder: Inductor writes
+that one into the environment the first time anything asks where its cache is (importing transformers does).
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 APPLICATION = "speculative-decoding-playground"
 CACHE_ENV = "SPEC_PLAYGROUND_CACHE"
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
-USER_INDUCTOR_DIR = os.environ.get(INDUCTOR_ENV)  # set by the user before anything compiled: theirs to keep
+USER_INDUCTOR_DIR = os.environ.get(INDUCTOR_ENV)  # set before the engine was imported: the user's, or torch's
+
+
+def inductor_default_folder() -> Path:
+    """Inductor's cache folder when nobody chose one: `torchinductor_<user>` in the temporary folder. Should a
+    torch release move it, that release's default reads as a user's choice and compiling caches there."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return Path(tempfile.gettempdir()).absolute() / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def user_chose_inductor_folder() -> bool:
+    """Whether `TORCHINDUCTOR_CACHE_DIR`, as it stood when the engine was imported, is the user's choice."""
+    return bool(USER_INDUCTOR_DIR) and Path(USER_INDUCTOR_DIR).absolute() != inductor_default_folder()
 
 
 def user_cache_folder() -> Path:
@@ -66,7 +85,7 @@ def keep_compiled(models: tuple[str, ...], dtype, device) -> Path | None:
     would anyway)."""
     import torch
 
-    if USER_INDUCTOR_DIR:
+    if user_chose_inductor_folder():
         return None
     folder = user_cache_folder() / "compiled" / compile_key(models, str(dtype), torch.__version__,
                                                               device_words(device))
