@@ -43,6 +43,7 @@ from app.engine.runtime.execution import (
     COMPILED_ROWS,
     Execution,
     compile_step,
+    mark_rows_dynamic,
     padded_rows,
     run_warm,
     warm_call,
@@ -314,6 +315,7 @@ class CachedModel:
                 torch.compiler.cudagraph_mark_step_begin()
             assert self._static is not None, "compiled forwards run on the static cache"
             call = warm_call(self.model, self.layers, inputs, self._static.capacity)
+            mark_rows_dynamic(inputs)
             return run_warm(step, self.execution, call, inputs)
         except Exception as exc:  # any compile or capture failure falls back to eager forwards
             if is_out_of_memory(exc):

@@ -11,8 +11,9 @@ run a model (draft model, layer skip).
   sequence outgrows them), written at a write position. A rollback moves the position back; the rejected
   entries are overwritten by the next pass (docs/ALGORITHMS.md §2). Every forward then has fixed shapes.
 - **compiled**: the short forwards (one-token steps, verification blocks, tree rounds), their rows padded to
-  a power of two so that few shapes are compiled, run through `torch.compile`: with CUDA graphs (mode
-  "reduce-overhead") on CUDA, Inductor's default mode elsewhere. A prefill (a prompt, a drafter catching up
+  a power of two, run through `torch.compile`: with CUDA graphs (mode "reduce-overhead", one graph captured
+  per power of two) on CUDA, Inductor's default mode elsewhere. Dynamo traces each model twice: the one-token
+  step, and one graph for every longer forward with the row count a symbol (`mark_rows_dynamic`). A prefill (a prompt, a drafter catching up
   on it) stays eager. Compiling needs the static cache, which then holds the model's context from the start
   (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
   compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading/warm_up.py), with progress,
@@ -166,7 +167,21 @@ def compile_step(step, device: torch.device):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
     mode = "reduce-overhead" if device.type == "cuda" else None
-    return torch.compile(step, mode=mode, dynamic=False)
+    return torch.compile(step, mode=mode, dynamic=None)
+
+
+def mark_rows_dynamic(inputs: tuple) -> None:
+    """Compile every bucket of two rows or more as one graph whose row count is a symbol (vLLM's way): dynamo
+    traces the model once for them instead of once per bucket, which is most of a compiling load and all of a
+    second launch's (Inductor's output is kept, dynamo's tracing is not). CUDA graphs are still captured per
+    bucket; the one-token step keeps a graph of its own, fully specialised (dynamo specialises sizes 0 and 1)."""
+    import torch
+
+    input_ids, position_ids, mask, _ = inputs
+    if input_ids.shape[1] < 2:
+        return
+    for tensor, dim in ((input_ids, 1), (position_ids, 1), (mask, 2)):
+        torch._dynamo.mark_dynamic(tensor, dim, min=2, max=COMPILED_ROWS)
 
 
 def warm_call(model, layers: tuple[int, ...] | None, inputs: tuple, capacity: int) -> tuple:
