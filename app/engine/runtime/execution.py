@@ -10,16 +10,16 @@ run a model (draft model, layer skip).
 - **static** cache: buffers preallocated at a capacity of a few power-of-two sizes (grown, by copying, when a
   sequence outgrows them), written at a write position. A rollback moves the position back; the rejected
   entries are overwritten by the next pass (docs/ALGORITHMS.md §2). Every forward then has fixed shapes.
-- **compiled**: the short forwards (one-token steps, verification blocks, tree rounds), their rows padded to
-  a power of two, run through `torch.compile`: with CUDA graphs (mode "reduce-overhead", one graph captured
-  per power of two) on CUDA, Inductor's default mode elsewhere. Dynamo traces each model twice: the one-token
-  step, and one graph for every longer forward with the row count a symbol (`mark_rows_dynamic`). A prefill (a prompt, a drafter catching up
-  on it) stays eager. Compiling needs the static cache, which then holds the model's context from the start
-  (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
-  compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading/warm_up.py), with progress,
-  not at the first generation. A compile or capture that fails falls back to eager forwards with a notice,
-  never an error. Each model and layer subset compiles its own copy of the step (`Execution.step_code`), and
-  a call equal to one that already ran skips dynamo's guard evaluation (`run_warm`).
+- **compiled**: the short forwards (one-token steps, verification blocks, tree rounds), their rows padded to a power
+  of two, run through `torch.compile`: with CUDA graphs (mode "reduce-overhead", one graph captured per power of
+  two) on CUDA, Inductor's default mode elsewhere. Dynamo traces each model twice: the one-token step, and one graph
+  for every longer forward with the row count a symbol (`mark_rows_dynamic`). A prefill (a prompt, a drafter
+  catching up on it) stays eager. Compiling needs the static cache, which then holds the model's context from the
+  start (COMPILED_CAPACITY slots at most, static_cache.py), so the shapes are the row buckets alone; they are
+  compiled while the models load (`warm_up` and `warm_up_plan` in app/engine/loading/warm_up.py), with progress, not
+  at the first generation. A compile or capture that fails falls back to eager forwards with a notice, never an
+  error. Each model and layer subset compiles its own copy of the step (`Execution.step_code`), and a call equal to
+  one that already ran skips dynamo's guard evaluation (`run_warm`).
 
 This module imports no torch at load: the command line checks the choice before anything loads.
 """
@@ -175,13 +175,13 @@ def mark_rows_dynamic(inputs: tuple) -> None:
     traces the model once for them instead of once per bucket, which is most of a compiling load and all of a
     second launch's (Inductor's output is kept, dynamo's tracing is not). CUDA graphs are still captured per
     bucket; the one-token step keeps a graph of its own, fully specialised (dynamo specialises sizes 0 and 1)."""
-    import torch
+    from torch._dynamo import mark_dynamic  # documented in torch.compiler's dynamic-shapes guide
 
     input_ids, position_ids, mask, _ = inputs
     if input_ids.shape[1] < 2:
         return
     for tensor, dim in ((input_ids, 1), (position_ids, 1), (mask, 2)):
-        torch._dynamo.mark_dynamic(tensor, dim, min=2, max=COMPILED_ROWS)
+        mark_dynamic(tensor, dim, min=2, max=COMPILED_ROWS)
 
 
 def warm_call(model, layers: tuple[int, ...] | None, inputs: tuple, capacity: int) -> tuple:
