@@ -42,7 +42,8 @@ def inductor_default_folder() -> Path:
 
 def user_chose_inductor_folder() -> bool:
     """Whether `TORCHINDUCTOR_CACHE_DIR`, as it stood when the engine was imported, is the user's choice."""
-    return bool(USER_INDUCTOR_DIR) and Path(USER_INDUCTOR_DIR).absolute() != inductor_default_folder()
+    chosen = USER_INDUCTOR_DIR
+    return bool(chosen) and Path(str(chosen)).absolute() != inductor_default_folder()
 
 
 def user_cache_folder() -> Path:
