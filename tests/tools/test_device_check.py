@@ -43,6 +43,13 @@ def test_device_check_runs_every_section_at_tiny_size_on_cpu(tmp_path):
                                       "compile_failure": None}
         assert shape["goals"]["fast_autoregressive_times_bound"] > 0
         assert shape["goals"]["fast_draft_model_vs_hf_assisted"] > 0
+        assert shape["goals"]["eager_autoregressive_vs_generate"] > 0
+    assert [shape["goals"]["fast_autoregressive_bound_goal"] for shape in report["timing"]] == [6.0, 3.0, 1.5]
+    load = report["compile_load"]  # two fresh processes, the second finding the first's compile cache
+    assert load["shape"] == "Llama-3.1-8B (tiny)" and set(load["goals"]) == {"cold", "warm"}
+    for launch in ("cold", "warm"):
+        assert load[launch]["compile_failure"] is None and load[launch]["steps"] > 0
+        assert load["goals"][launch]["seconds"] == load[launch]["compile_s"] > 0
     assert report["meta"]["device"] == "cpu" and report["meta"]["tiny"] is True
     assert report["meta"]["transformers"] == versions()["transformers"]
     assert report["meta"]["sections"] == device_check.section_names()
