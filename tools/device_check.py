@@ -10,7 +10,7 @@ Installs nothing: it needs what the project declares (torch, transformers, token
 extra). Every model is built offline with random weights (tests/fixtures). Sections run in this order,
 correctness first, each written to DIR/device_check.json as soon as it ends (a later failure or a timeout keeps
 the earlier ones); `--sections` chooses some (`timing` is every timing shape), and `--budget SECONDS` skips a
-section whose estimated time (SECTION_SECONDS, measured on an H200) no longer fits in what is left, saying so
+section whose estimated time (SECTION_SECONDS) no longer fits in what is left, saying so
 under `skipped`:
 
 - greedy_identity: greedy identity in float32 against `model.generate` (draft model and prompt lookup, on
@@ -67,7 +67,8 @@ IDENTITY_ARCHS = ("llama", "qwen2", "gemma2", "gpt2")
 TIMING_SHAPES = ("qwen2.5-0.5b", "llama3.2-1b", "llama3.1-8b")
 PROFILE_SHAPE = "qwen2.5-0.5b"
 CHECKS = ("greedy_identity", "chi_square", "asd_against_cpu", "cache_against_recompute")
-# Seconds each section took on an H200 at real sizes (compiles included), with a margin: what --budget plans with.
+# Estimated seconds per section on an H200 at real sizes (compiles included), from the earlier run of its checks and
+# timings with a margin (the profile and compile_load sections are guesses): what --budget plans with.
 # Tiny sizes take TINY_SHARE of it.
 SECTION_SECONDS = {"greedy_identity": 90, "chi_square": 40, "asd_against_cpu": 25, "cache_against_recompute": 40,
                    "profile": 60, "timing:qwen2.5-0.5b": 110, "timing:llama3.2-1b": 110,
