@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from app.engine.core import rowwise
+from app.engine.core.transfer import to_device
 from app.engine.core.verify import fetch
 
 ROOT = -1
@@ -223,7 +224,8 @@ class TreeLayout:
         ranks = _sibling_ranks(tree)
         pieces = [tree.tokens.tolist(), [row_of(parent) for parent in tree.parents.tolist()], _first_children(tree)]
         pieces += [part for rank in ranks for part in rank]
-        flat = torch.tensor([v for piece in pieces for v in piece], dtype=torch.long).to(device)  # the one copy
+        flat = torch.tensor([v for piece in pieces for v in piece], dtype=torch.long)
+        flat = to_device(flat, device)  # the one copy
         tokens, parent_rows, first_children, *rest = flat.split([len(piece) for piece in pieces])
         return cls(tokens, parent_rows, first_children, tuple(zip(rest[0::2], rest[1::2], strict=True)))
 

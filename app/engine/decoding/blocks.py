@@ -17,6 +17,7 @@ from torch import Tensor
 from app.engine.core.detok import StreamDetokenizer
 from app.engine.core.rules import Rule
 from app.engine.core.sampling import TokenSampler
+from app.engine.core.transfer import to_device
 from app.engine.core.tree import TreeDraft, TreeLayout, TreeVerdict, row_of, verification_parents
 from app.engine.core.verify import fetch
 from app.engine.decoding.pass_events import (
@@ -61,7 +62,7 @@ class ChainBlock:
 
     def __init__(self, draft: Draft, drafter: str | None, k: int, device: torch.device) -> None:
         self.draft, self.drafter, self.k = draft, drafter, k
-        self.x = draft.tokens.to(device)  # (K',) copied before the forward is queued, not after it
+        self.x = to_device(draft.tokens, device)  # (K',) copied before the forward is queued, not after it
         self.prompt_tokens = 0
 
     @classmethod

@@ -37,6 +37,7 @@ from torch import nn
 from transformers import DynamicCache, DynamicLayer, StaticLayer
 
 from app.engine import hf_compat
+from app.engine.core.transfer import to_device
 from app.engine.core.tree import TreeRows
 from app.engine.errors import ModelLoadError, is_out_of_memory
 from app.engine.runtime.execution import (
@@ -237,22 +238,23 @@ class CachedModel:
         """Feed `tokens` (T,) at `positions` (T,) into cache entries `slot` .. `slot + T - 1`, after the sequence
         and the tail: logits (T or `last`, V) float32 and hidden states (each (T, H)) when `hidden`. `visible`
         (T, slot + T) says which entries each row sees (None: a chain, each row sees the sequence up to itself)."""
+        tokens, positions = to_device(tokens, self.device), to_device(positions, self.device)
         if self._static is not None:
             return self._static_forward(tokens, positions, visible, hidden, last, slot)
         rows = tokens.numel()
         keep = last if last is not None and last < rows else 0
         if self._lean is not None and visible is None:
             with torch.inference_mode(), only_layers(self.model, self._subset):
-                logits, states = self._lean(tokens.to(self.device)[None], positions[None], self.cache, keep, hidden)
+                logits, states = self._lean(tokens[None], positions[None], self.cache, keep, hidden)
             return logits[0].float(), tuple(h[0] for h in states)
         mask = {}
         if visible is not None:
             dtype = self.model.dtype
             additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-            mask = {"attention_mask": additive.to(self.device)[None, None]}  # (1, 1, T, S)
+            mask = {"attention_mask": to_device(additive, self.device)[None, None]}  # (1, 1, T, S)
         head = {"logits_to_keep": keep} if keep and self._keeps_logits else {}
         with torch.inference_mode(), only_layers(self.model, self._subset):
-            out = self.model(input_ids=tokens.to(self.device)[None], position_ids=positions[None], use_cache=True,
+            out = self.model(input_ids=tokens[None], position_ids=positions[None], use_cache=True,
                              output_hidden_states=hidden, **self._plan.cache_arguments(self.cache), **mask, **head)
         return out.logits[0].float(), tuple(h[0] for h in out.hidden_states) if hidden else ()
 
@@ -270,17 +272,17 @@ class CachedModel:
         fed = padded_rows(rows) if compiled else rows
         static.reserve(start + fed, kept=start)
         if fed > rows:  # padding rows repeat the last position and write past the rows that count
-            tokens = torch.cat([tokens.cpu(), tokens.new_zeros(fed - rows).cpu()])
+            tokens = torch.cat([tokens, tokens.new_zeros(fed - rows)])  # where they are: no read
             positions = torch.cat([positions, positions[-1:].expand(fed - rows)])
             if visible is not None:
                 visible = torch.cat([visible, visible[-1:].expand(fed - rows, -1)])
-        mask = static.chain_mask(positions.to(self.device)) if visible is None else static.tree_mask(visible)
+        mask = static.chain_mask(positions) if visible is None else static.tree_mask(visible)
         # A compiled model's forwards always return the hidden states, so that one graph per row bucket serves the
         # drafters that read the target's features (EAGLE, DFlash, MTP) too: a `hidden` flag would make a second
         # graph per bucket, compiled at its first use in a generation. Its eager forwards (the first one on a
         # cache, prefills) ask for them too: they install transformers' capturing hooks, which a compiled forward
         # cannot install without a graph break (their lock) and a change of state that compiles again.
-        inputs = (tokens.to(self.device)[None], positions.to(self.device)[None], mask, hidden or self.compiled)
+        inputs = (tokens[None], positions[None], mask, hidden or self.compiled)
         keep = last if last is not None and self._keeps_logits and last < rows else 0
         out = None
         with torch.inference_mode(), only_layers(self.model, self._subset):
@@ -371,7 +373,7 @@ class CachedModel:
         tail = self._tail
         tail.add(tokens.cpu(), parents.cpu())
         new = slice(len(tail) - tokens.numel(), len(tail))
-        positions = (self.length + tail.depths[new]).to(self.device)  # (T,)
+        positions = self.length + tail.depths[new]  # (T,)
         visible = torch.cat([torch.ones(tokens.numel(), self.length, dtype=torch.bool),
                              tail.sees[new]], dim=1)  # (T, L + tail)
         logits, states = self._forward(tokens, positions, visible, bool(self.feature_layers), None,

@@ -21,6 +21,7 @@ from typing import cast
 import torch
 from transformers import StaticCache, StaticLayer
 
+from app.engine.core.transfer import to_device
 from app.engine.hf_compat import allocate_like, attention_implementation, set_write_position, static_hooks_problem
 
 MIN_CAPACITY = 64
@@ -113,7 +114,7 @@ class StaticKV:
         rows, seen = visible.shape
         padded = torch.zeros(rows, self.capacity, dtype=torch.bool)
         padded[:, :seen] = visible
-        return self._additive(padded.to(self.device))
+        return self._additive(to_device(padded, self.device))
 
     def _additive(self, visible: torch.Tensor) -> torch.Tensor:
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeGuard
 import torch
 from torch import nn
 
+from app.engine.core.transfer import to_device
 from app.engine.drafters.base import Draft
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class TargetParts:
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(...,) token ids -> (..., H)."""
-        return self.embedding(ids.to(self.device))
+        return self.embedding(to_device(ids, self.device))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) float32."""
