@@ -21,7 +21,7 @@ from app.engine.loading import load_models
 from app.engine.loading.warm_up import LOADING_SHARE, warm_up_plan
 from app.engine.runtime import cached_model as cached_model_module
 from app.engine.runtime.cached_model import CachedModel
-from app.engine.runtime.execution import Execution, fewest_rows, padded_rows, row_buckets
+from app.engine.runtime.execution import Execution, compiles_graph, fewest_rows, padded_rows, row_buckets
 from app.engine.settings import MAX_K, DecodeSettings
 from tests.engine.helpers import PROMPTS
 from tests.engine.test_tree import VOCAB, full_logits, tiny_model
@@ -188,13 +188,16 @@ def test_a_load_cancelled_between_compile_steps_stops_there(tiny_llama, monkeypa
     assert step_words(steps[-1]) == "compiling target: verify 4 rows (3/16)"
 
 
-def test_the_time_left_is_the_mean_step_time_of_the_steps_done_times_those_to_go():
-    from app.engine.loading.warm_up import time_left
+def test_the_time_left_counts_each_kind_of_step_at_the_mean_time_of_its_own_kind():
+    from app.engine.loading.warm_up import StepClock, time_left
 
-    assert time_left(0.0, 0, 16) == ""  # nothing to go by before the first step ends
-    assert time_left(10.0, 4, 16) == ", about 30 s left"
-    assert time_left(10.0, 2, 16) == ", about 1 min left"
-    assert time_left(1.0, 4, 5) == ", about 5 s left"
-    assert time_left(40.0, 2, 16) == ", about 5 min left"
+    assert time_left(StepClock(6), StepClock(10)) == ""  # nothing to go by before the first compile ends
+    assert time_left(StepClock(6, 2, 20.0), StepClock(10)) == ", about 40 s left"  # runs not seen yet: free
+    assert time_left(StepClock(6, 2, 20.0), StepClock(10, 5, 5.0)) == ", about 45 s left"
+    assert time_left(StepClock(6, 6, 60.0), StepClock(10, 5, 5.0)) == ", about 5 s left"
+    assert time_left(StepClock(16, 4, 10.0), StepClock(0)) == ", about 30 s left"
+    assert time_left(StepClock(16, 2, 40.0), StepClock(0)) == ", about 5 min left"
+    assert compiles_graph(1, [1, 2, 4, 8]) and compiles_graph(2, [1, 2, 4, 8])
+    assert not compiles_graph(4, [1, 2, 4, 8]) and compiles_graph(4, [1, 4, 8])
     assert step_words("compiling target: verify 2 rows (2/16), about 70 s left") == \
         "compiling target: verify 2 rows (2/16)"

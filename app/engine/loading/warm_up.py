@@ -12,7 +12,7 @@ from app.engine.loading.models import LoadedModels
 from app.engine.runtime.cached_model import CachedModel
 from app.engine.runtime.compile_cache import keep_compiled
 from app.engine.runtime.devices import synchronize
-from app.engine.runtime.execution import fewest_rows, row_buckets
+from app.engine.runtime.execution import compiles_graph, fewest_rows, row_buckets
 
 if TYPE_CHECKING:
     from app.engine.hf_compat import CausalLM
@@ -71,12 +71,30 @@ def warm_up_plan(models: LoadedModels) -> list[WarmUpModel]:
     return plan
 
 
-def time_left(elapsed: float, done: int, total: int) -> str:
-    """', about 40 s left' / ', about 3 min left': the steps to go at the mean time of those done (compiles of
-    one model take about as long as each other); '' before the first step has ended."""
-    if done == 0:
+@dataclass
+class StepClock:
+    """The warm-up steps of one kind (those that compile a graph, or those that run a graph already compiled):
+    how many there are, and how many have ended in how many seconds."""
+
+    total: int
+    done: int = 0
+    seconds: float = 0.0
+
+    def left(self) -> float | None:
+        """Seconds the steps to go will take at the mean of those done; None before the first has ended."""
+        if self.done == self.total:
+            return 0.0
+        return None if self.done == 0 else self.seconds / self.done * (self.total - self.done)
+
+
+def time_left(compiling: StepClock, running: StepClock) -> str:
+    """', about 40 s left' / ', about 3 min left': each kind's steps to go at the mean time of its steps done
+    (compiles of one model take about as long as each other; a step that runs a compiled graph takes a fraction
+    of one), a kind with none done yet counted as free; '' before the first compile has ended."""
+    compile_s = compiling.left()
+    if compile_s is None:
         return ""
-    seconds = elapsed / done * (total - done)
+    seconds = compile_s + (running.left() or 0.0)
     if seconds < 60:
         return f", about {max(5, 5 * round(seconds / 5))} s left"
     return f", about {round(seconds / 60)} min left"
@@ -100,15 +118,17 @@ def warm_up(models: LoadedModels, progress=None) -> None:
               for entry in warm_up_plan(models)]
     caches = [(entry, cached) for entry, cached in caches if cached.compiled]  # a model on the dynamic cache: eager
     total = max(1, sum(len(entry.buckets) for entry, _ in caches))
+    clocks = {kind: StepClock(sum(compiles_graph(bucket, entry.buckets) is kind for entry, _ in caches
+                                  for bucket in entry.buckets)) for kind in (True, False)}
     # CUDA graphs: a first run, the capture, a replay, so that a capture that fails does so now. The decoder's
     # own caches sit at other addresses: their first forwards capture again (a forward's time, no compile).
     runs = 3 if models.device.type == "cuda" else 1
     done = 0
-    started = time.perf_counter()
     for entry, cached in caches:
         for bucket in entry.buckets:
-            left = time_left(time.perf_counter() - started, done, total)
+            left = time_left(clocks[True], clocks[False])
             report(done / total, f"compiling {entry.who}: {entry.step(bucket)} ({done + 1}/{total}){left}")
+            clock, started = clocks[compiles_graph(bucket, entry.buckets)], time.perf_counter()
             try:
                 cached.warm_up(fewest_rows(bucket), runs)
             except Exception as exc:  # noqa: BLE001 - whatever fails here, the models can still run eagerly
@@ -119,4 +139,5 @@ def warm_up(models: LoadedModels, progress=None) -> None:
                 report(1.0, "compiling failed: the models run eagerly")
                 return
             done += 1
+            clock.done, clock.seconds = clock.done + 1, clock.seconds + time.perf_counter() - started
     synchronize(models.device)

@@ -217,6 +217,13 @@ def run_warm(step, execution: Execution, call: tuple, inputs: tuple):
     return out
 
 
+def compiles_graph(bucket: int, buckets: list[int]) -> bool:
+    """Whether the first forward of `bucket` rows compiles a graph, of a model whose forwards meet `buckets`:
+    the one-token step and the first bucket of two rows or more do; the others share that one's graph
+    (`mark_rows_dynamic`) and only run it (and, on CUDA, capture it)."""
+    return bucket == 1 or bucket == min((b for b in buckets if b > 1), default=None)
+
+
 def padded_rows(rows: int) -> int:
     """The compiled shape `rows` fed rows are padded to: the next power of two."""
     return 1 << max(0, rows - 1).bit_length()
