@@ -70,31 +70,19 @@ def test_a_warm_call_that_dynamo_would_compile_again_runs_with_every_guard():
         run_warm(broken, execution, call, inputs())
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    from torch._dynamo.testing import CompileCounter
-
-    counter, original = CompileCounter(), torch.compile
-    torch.compiler.reset()
-    monkeypatch.setattr(torch, "compile", lambda step, mode=None, dynamic=None: original(step, backend=counter,
-                                                                                        dynamic=dynamic))
-    yield counter
-    torch.compiler.reset()
-
-
-def test_warm_calls_skip_the_guards_and_a_grown_cache_is_compiled_again_not_misread(counted):
+def test_warm_calls_skip_the_guards_and_a_grown_cache_is_compiled_again_not_misread(counted_compiles):
     model = tiny_model("llama", seed=4)
     cached = CachedModel(model, execution=Execution("static", compile=True))
     cached.warm_up(1)
-    compiled_once = counted.frame_count
+    compiled_once = counted_compiles.frame_count
     ids = torch.arange(1, 12)
     cached.advance_to(ids[:8], last=1)  # the prompt: eager
     for end in range(9, 12):  # one-token steps: warm calls
         assert torch.allclose(cached.advance_to(ids[:end]), full_logits(model, ids[:end])[-1:], atol=1e-4)
-    assert counted.frame_count == compiled_once and len(cached.execution.warm_calls) == 1
+    assert counted_compiles.frame_count == compiled_once and len(cached.execution.warm_calls) == 1
     static = cached._static  # noqa: SLF001 - grown by hand, as a sequence past its capacity grows it
     assert static is not None
     static.reserve(2 * static.capacity, kept=cached.length)  # another capacity: a graph not compiled yet
     longer = torch.arange(1, 13)
     assert torch.allclose(cached.advance_to(longer), full_logits(model, longer)[-1:], atol=1e-4)
-    assert counted.frame_count == compiled_once + 1 and len(cached.execution.warm_calls) == 2
+    assert counted_compiles.frame_count == compiled_once + 1 and len(cached.execution.warm_calls) == 2

@@ -17,7 +17,9 @@ from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.registry import build_drafter
 from app.engine.events import NoticeEvent
 from app.engine.loading import load_models
+from app.engine.loading.warm_up import warm_up_plan
 from app.engine.settings import DecodeSettings, DrafterOptions, SettingsError
+from tests.engine.conftest import compiles_counted
 from tests.fixtures.architectures import ARCHITECTURES, available, build_model, build_pair
 from tests.fixtures.tokenizer_families import FAMILIES, HARD_TEXT, build_family
 
@@ -75,6 +77,28 @@ def test_greedy_identity_for_every_drafter(pairs, arch):
         if end.reason != "max_tokens" or list(end.token_ids) != reference:
             wrong[">".join(drafters)] = (end.reason, end.error, list(end.token_ids))
     assert not wrong, f"{arch}: greedy output differs from model.generate: {wrong}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_a_compiling_load_traces_each_model_twice_and_keeps_greedy_identity(pairs, arch):
+    """Forwards of two rows or more share one graph with the row count a symbol: no architecture's code may
+    specialise that dimension (a compile failure would fall back to eager forwards, with a notice)."""
+    target, draft = pairs(arch)
+    with compiles_counted() as counter:
+        models = load_models(str(target), str(draft), device="cpu", compile=True)
+        if not models.execution.compiles:  # a model the static cache cannot hold (sliding windows): eager, said so
+            assert models.execution.cache == "dynamic" and models.execution.notices
+            return
+        assert models.execution.compile_failure is None
+        compiled_models = len(warm_up_plan(models))
+        assert counter.frame_count == 2 * compiled_models  # the one-token step, and every longer forward
+        decoder = SpeculativeDecoder(models)
+        reference = hf_greedy(models, decoder.encode_prompt(PROMPT))
+        for drafters in (("draft-model",), ("layer-skip",), ("prompt-lookup",)):
+            end = list(decoder.generate(PROMPT, DecodeSettings(drafters=drafters, k=4, max_new_tokens=NEW_TOKENS)))[-1]
+            assert list(end.token_ids) == reference, (arch, drafters)
+        assert counter.frame_count == 2 * compiled_models and models.execution.compile_failure is None
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -19,6 +19,7 @@ from app.engine.drafters.registry import BRANCHING_DRAFTERS
 from app.engine.events import EndEvent, NoticeEvent
 from app.engine.loading import load_models
 from app.engine.settings import DecodeSettings, SamplingSettings
+from tests.engine.conftest import compiles_counted
 from tests.engine.helpers import PROMPTS
 from tests.tiny_models import tiny_pair
 
@@ -43,17 +44,10 @@ def family(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compiled(family):
     """(decoder of a compiling load, dynamo's frame counter)."""
-    from torch._dynamo.testing import CompileCounter
-
-    counter, original = CompileCounter(), torch.compile
-    torch.compiler.reset()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch, "compile", lambda step, mode=None, dynamic=None: original(step, backend=counter,
-                                                                                      dynamic=dynamic))
+    with compiles_counted() as counter:
         target, draft, heads = family
         models = load_models(str(target), str(draft), device="cpu", compile=True, heads=str(heads))
         yield SpeculativeDecoder(models), counter
-    torch.compiler.reset()
 
 
 def every_generation(drafters: tuple[str, ...]) -> list[DecodeSettings]:

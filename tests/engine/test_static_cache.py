@@ -269,16 +269,11 @@ def test_a_failed_compile_falls_back_to_eager_forwards_with_a_notice(demo, dynam
 
 
 @pytest.mark.slow
-def test_compiled_steps_compile_once_per_shape_for_the_target_and_the_drafters(demo, dynamic, monkeypatch):
+def test_compiled_steps_compile_once_per_shape_for_the_target_and_the_drafters(demo, dynamic, counted_compiles):
     """Traced by dynamo with a backend that runs the graphs eagerly (quick, no C++ compiler): the same ids, and a
     second round of the same generations compiles nothing more (the caches, masks and padded rows keep their
     guards: no shape is compiled twice)."""
-    from torch._dynamo.testing import CompileCounter
-
-    counter, original = CompileCounter(), torch.compile
-    torch.compiler.reset()
-    monkeypatch.setattr(torch, "compile", lambda step, mode=None, dynamic=None: original(step, backend=counter,
-                                                                                        dynamic=dynamic))
+    counter = counted_compiles
     compiled = SpeculativeDecoder(replace(demo, execution=Execution("static", compile=True)))
     runs = [DecodeSettings(drafters=(drafter,), k=3, max_new_tokens=24, tree=tree)
             for drafter in ("draft-model", "layer-skip") for tree in (None, 6)]

@@ -57,19 +57,6 @@ def eager(tiny_llama):
     return SpeculativeDecoder(load_models(str(target), str(draft), device="cpu"))
 
 
-@pytest.fixture
-def counted_compiles(monkeypatch):
-    """torch.compile traced by dynamo with a backend that counts the graphs and runs them eagerly."""
-    from torch._dynamo.testing import CompileCounter
-
-    counter, original = CompileCounter(), torch.compile
-    torch.compiler.reset()
-    monkeypatch.setattr(torch, "compile", lambda step, mode=None, dynamic=None: original(step, backend=counter,
-                                                                                        dynamic=dynamic))
-    yield counter
-    torch.compiler.reset()
-
-
 def stub_compiler(monkeypatch, step_for=None) -> list[tuple[int, ...]]:
     """Replace the compiler: `step_for(step)` (default: the step itself) is the "compiled" step; returns the shapes
     of the input ids each compiled call was fed."""
