@@ -15,14 +15,16 @@ from app.engine.core.stats import GenerationStats, RankAcceptance, expected_toke
 from app.engine.core.tree import (
     ROOT,
     TreeDraft,
+    TreeLayout,
     best_nodes,
     merge_continuations,
+    sampled_walk,
     subtree,
     verification_parents,
     verify_tree_greedy,
     verify_tree_sampling,
 )
-from app.engine.core.verify import verify_greedy
+from app.engine.core.verify import fetch, verify_greedy
 from app.engine.decoding.decoder import SpeculativeDecoder
 from app.engine.drafters.model_drafter import ModelDrafter
 from app.engine.events import NoticeEvent
@@ -236,9 +238,11 @@ def walk_one_child_at_a_time(tree: TreeDraft, p: torch.Tensor, u: torch.Tensor, 
         node = accepted
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "host"])
 @pytest.mark.parametrize("iid", [False, True], ids=["deterministic", "iid"])
-def test_the_walk_on_the_device_is_the_one_child_at_a_time_rule(iid):
-    """Same uniforms per node, same final draw: the batched walk decides exactly what §9.3 decides."""
+def test_both_walks_are_the_one_child_at_a_time_rule(iid, batched):
+    """Same uniforms per node, same final draw: the batched walk (an accelerator's) and the host walk (the
+    CPU's) each decide exactly what §9.3 decides."""
     rng = torch.Generator().manual_seed(5)
     depths = Counter()
     for trial in range(100):
@@ -256,7 +260,8 @@ def test_the_walk_on_the_device_is_the_one_child_at_a_time_rule(iid):
                 tokens.append(ranked[parent + 1][rank[parent]])
                 rank[parent] += 1
         tree = TreeDraft(torch.tensor(tokens), torch.tensor(parents), q if iid else None, iid=iid)
-        verdict = verify_tree_sampling(tree, p, torch.Generator().manual_seed(trial))
+        walk = sampled_walk(tree, TreeLayout.of(tree, p.device), p, torch.Generator().manual_seed(trial), batched)
+        verdict = walk.finish(fetch(walk.reads))
         again = torch.Generator().manual_seed(trial)
         u = torch.rand(n, generator=again)
         path, tried, chances, token = walk_one_child_at_a_time(tree, p, u, again)

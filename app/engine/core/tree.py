@@ -344,16 +344,59 @@ class SampledWalk:
                            self.end.residual if rejected else None)
 
 
-def sampled_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, generator: torch.Generator) -> SampledWalk:
+def sampled_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, generator: torch.Generator,
+                 batched: bool | None = None) -> SampledWalk:
+    """The sampling rules of §9.3 over a tree: which children are accepted, the end's residual and its draw.
+
+    Draws, in this order: one uniform per node (used when the node is tried), one sample from the end's p'. On
+    an accelerator (`batched`, the default there) every row's trials run at once and the walk follows them
+    without reading anything back (`_batched_walk`); on the CPU, where a read costs nothing and a trial of every
+    row would cost most of a pass, the walk tries one reached child at a time (`_host_walk`). The same uniforms
+    and the same draw: both decide the same.
+    """
+    u = torch.rand(len(tree), generator=generator, device=p.device)  # (n,)
+    if batched if batched is not None else p.device.type != "cpu":
+        return _batched_walk(tree, layout, p, u, generator)
+    return _host_walk(tree, layout, p, u, generator)
+
+
+def _host_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, u: Tensor, generator: torch.Generator) -> SampledWalk:
+    """§9.3 as written: from the root, each reached node's children in order against the running p'."""
+    q = tree.q.float() if tree.iid and tree.q is not None else None  # (n, V)
+    chance = torch.zeros(len(tree))  # (n,) each tried node's acceptance probability
+    path: list[int] = []
+    node = ROOT
+    while True:
+        p_prime, accepted = p[row_of(node)][None].float(), None  # (1, V)
+        for child in tree.children(node):
+            x, q_row = layout.tokens[child][None], None if q is None else q[child][None]  # (1,), (1, V)
+            chance[child] = _acceptance(p_prime, q_row, x)[0]
+            if u[child] < chance[child]:
+                accepted = child
+                break
+            p_prime = _residual(p_prime, q_row, x)
+        if accepted is None:
+            break
+        path.append(accepted)
+        node = accepted
+    residual = p_prime[0]  # (V,)
+    next_token = torch.multinomial(residual, 1, generator=generator)  # (1,)
+    row = torch.tensor([row_of(node)])  # (1,)
+    steps = path + [ROOT] * (max(tree.depths, default=0) - len(path))  # the batched walk's shape
+    reads = {"tree_path": torch.tensor(steps, dtype=torch.long), "next_token": next_token, "accept_prob": chance,
+             "u": u, "target_ids": rowwise.argmax(p)}
+    return SampledWalk(tree, reads, TreeEnd(row, next_token, residual, layout.first_children.index_select(0, row)))
+
+
+def _batched_walk(tree: TreeDraft, layout: TreeLayout, p: Tensor, u: Tensor,
+                  generator: torch.Generator) -> SampledWalk:
     """Both sampling rules for every node at once, then the walk down the accepted children, all on the device.
 
-    Draws, in this order: one uniform per node (used when the node is tried), one sample from the end's p'.
     Each row runs its children's trials as if it were reached (rank by rank: the r-th children of all rows
     together); the walk then follows the accepted child from the root, so only reached rows count. Every
     tried child still meets a fresh uniform against its own row's running p', hence the rule of §9.3 exactly.
     """
     n, device = len(tree), p.device
-    u = torch.rand(n, generator=generator, device=device)  # (n,)
     running = p.float().clone()  # (n+1, V) p' of every row
     accepted = torch.full((n + 1,), ROOT, dtype=torch.long, device=device)  # (n+1,) each row's accepted child
     chance = torch.zeros(n, device=device)  # (n,) each node's acceptance probability, were it tried
