@@ -1,0 +1,128 @@
+"""The Classroom layout (View → Classroom layout): every font CLASSROOM_FONT_SCALE times larger, and the docks
+arranged for a projector in front of a class.
+
+    left column    the prompt, the drafters and the guide (and the lesson) tabbed together, as wide as the
+                   drafter panel needs at the larger text (no label cut) but never more than SIDE_MAX_PERCENT
+                   of the window
+    centre         the token stream, with the rest of the width
+    bottom         the charts across the whole window, all five in one row (RunCharts wraps their titles and
+                   legends to their columns), as tall as that row needs: CHARTS_SHARE_PERCENT of the height at
+                   least, CHARTS_MAX_PERCENT at most
+
+Leaving the layout puts the docks back as they were before it was entered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar
+
+CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
+CHARTS_SHARE_PERCENT = 45  # of the window's height: one row of five charts at the larger text
+CHARTS_MAX_PERCENT = 55  # the stream keeps the rest
+SIDE_MAX_PERCENT = 40  # the left column never takes more of the width (the stream keeps the most of it)
+SIDE_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
+
+
+def classroom_font(scale: float) -> QFont:
+    """The application's font, `scale` times larger."""
+    font = QFont(QApplication.font())
+    font.setPointSizeF(font.pointSizeF() * scale)
+    return font
+
+
+class ClassroomDocks:
+    """Rearranges a window's docks for the Classroom layout and back.
+
+    `side` are the docks tabbed into the left column, the first of them in front; `panels` the widgets whose
+    size hint sets the column's width."""
+
+    def __init__(self, window: QMainWindow, side: list[QDockWidget], panels: list, charts: QDockWidget,
+                 restore: Callable[[QByteArray], object]) -> None:
+        """`charts` holds the RunCharts, whose `height_to_fit` sets its height."""
+        self._window = window
+        self._restore = restore  # the window's restoreState (which also retires the tab bars it replaced)
+        self._side = side
+        self._panels = panels
+        self._charts = charts
+        self._before: QByteArray | None = None  # the docks as they were before the layout (None: not in it)
+        self._resize_due = False
+        charts.widget().sig_text_resized.connect(self._charts_text_resized)
+
+    @property
+    def on(self) -> bool:
+        return self._before is not None
+
+    @property
+    def state_before(self) -> QByteArray | None:
+        """The docks as they were before the Classroom layout (what is saved for the next start)."""
+        return self._before
+
+    def enter(self) -> None:
+        """Tab the side docks into the left column, remembering where they were."""
+        if self._before is None:
+            self._before = self._window.saveState()
+        self.arrange()
+
+    def forget(self) -> None:
+        """Leave the layout without putting the docks back (the window's layout was reset)."""
+        self._before = None
+
+    def arrange(self) -> None:
+        window, first = self._window, self._side[0]
+        window.layout().activate()
+        for dock in self._side:
+            dock.setFloating(False)
+        window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, first)
+        for dock in self._side[1:]:
+            visible = dock.isVisibleTo(window)
+            window.tabifyDockWidget(first, dock)
+            dock.setVisible(visible)
+        first.show()
+        first.raise_()
+        self.size_docks()
+
+    def leave(self) -> None:
+        """The docks back where they were before the Classroom layout."""
+        before, self._before = self._before, None
+        if before is not None:
+            self._restore(before)
+
+    def side_width(self) -> int:
+        """The left column: as wide as its widest panel asks at the current text size, within SIDE_MAX_PERCENT."""
+        wanted = max(panel.sizeHint().width() for panel in self._panels) + SIDE_FRAME_PX
+        return min(wanted, self._window.width() * SIDE_MAX_PERCENT // 100)
+
+    def charts_height(self) -> int:
+        """What one row of the charts needs, within CHARTS_SHARE_PERCENT .. CHARTS_MAX_PERCENT of the window."""
+        dock, height = self._charts, self._window.height()
+        view = dock.widget()
+        need = view.height_to_fit() + dock.height() - view.height() + self._tab_bar_height(dock)
+        return max(height * CHARTS_SHARE_PERCENT // 100, min(need, height * CHARTS_MAX_PERCENT // 100))
+
+    def _charts_text_resized(self) -> None:
+        """A legend grew or shrank (a drafter joined, a note): the charts' row is sized again, once per burst."""
+        if self.on and not self._resize_due:
+            self._resize_due = True
+            QTimer.singleShot(0, self._resize_charts)
+
+    def _resize_charts(self) -> None:
+        self._resize_due = False
+        if self.on and not self._charts.isFloating():
+            self._window.resizeDocks([self._charts], [self.charts_height()], Qt.Orientation.Vertical)
+
+    def _tab_bar_height(self, dock: QDockWidget) -> int:
+        """The height of the tab bar under `dock`'s tabbed group (resizeDocks sizes the group with its bar)."""
+        for bar in self._window.findChildren(QTabBar, options=Qt.FindChildOption.FindDirectChildrenOnly):
+            if bar.isVisible() and dock.windowTitle() in {bar.tabText(i) for i in range(bar.count())}:
+                return bar.height()
+        return 0
+
+    def size_docks(self) -> None:
+        window = self._window
+        window.resizeDocks([self._side[0]], [self.side_width()], Qt.Orientation.Horizontal)
+        if not self._charts.isFloating():
+            window.resizeDocks([self._charts], [self.charts_height()], Qt.Orientation.Vertical)
