@@ -17,14 +17,13 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QFont, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMenu,
     QMessageBox,
     QStackedWidget,
     QTabBar,
@@ -47,7 +46,7 @@ from app.widgets import scrolled
 from app.widgets.acceptance_histogram import AcceptanceHistogramView, end_of_run_figures
 from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
-from app.widgets.classroom_layout import CLASSROOM_FONT_SCALE, ClassroomDocks, classroom_font
+from app.widgets.classroom_layout import CLASSROOM_FONT_SCALE, ClassroomDocks, classroom_font, size_window_text
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
 from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
@@ -79,7 +78,6 @@ TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 FIRST_START_GUIDE = "Guide: start here"  # the guide's tab title until it is first opened
-PRESENTATION_MENU_SCALE = 1.6  # menus read from the back of a room in presentation mode
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
 BUNDLED_PLACEHOLDER = ("Python code or a sentence of its documentation, e.g. def fibonacci(n): — "
@@ -200,7 +198,7 @@ class MainWindow(QMainWindow):
         self.lesson_dock.hide()  # Help → Guided lesson opens it
         self.classroom_docks = ClassroomDocks(self, [self.controls_dock, self.drafters_dock, self.guide_dock,
                                                      self.lesson_dock], [self.controls, self.drafters],
-                                              self.charts_dock, self._restore_dock_state)
+                                              self.charts_dock, self._restore_dock_state, self.controls.generate_button)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -265,7 +263,7 @@ class MainWindow(QMainWindow):
         view_menu.addSeparator()
         self.reset_layout_action = view_menu.addAction("&Reset layout", self.reset_layout)
         self.classroom_action = QAction("&Classroom layout (large fonts)", self, checkable=True)
-        self.classroom_action.setToolTip("Larger fonts in every panel and chart, for a projector")
+        self.classroom_action.setToolTip("Larger fonts everywhere and the panels arranged for a projector")
         self.classroom_action.toggled.connect(self.set_classroom)
         view_menu.addAction(self.classroom_action)
         self.pass_rows_action = QAction("&One pass per line", self, checkable=True, shortcut=QKeySequence("Ctrl+R"))
@@ -810,14 +808,14 @@ class MainWindow(QMainWindow):
             for bar in self.findChildren(QToolBar):
                 bar.show()
         theme_hub().set_presentation(on)
-        self._size_menus()
+        size_window_text(self, self.presenting)
         for action in self.presentation_keys:
             action.setEnabled(on)
         if on:
             self.presentation.show_view(self.presentation.view or TEXT_ONLY)
             self.presentation.focus_stream()
         else:
-            self._follow_classroom()  # the Classroom layout may have been chosen meanwhile
+            self.classroom_docks.follow(self.classroom_action.isChecked())  # it may have been chosen meanwhile
         self.presentation_action.setChecked(on)
 
     def set_pass_rows(self, on: bool) -> None:
@@ -856,26 +854,10 @@ class MainWindow(QMainWindow):
         self.setFont(classroom_font(scale))
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
-        self._size_menus()
+        size_window_text(self, self.presenting)
         if not self.presenting:  # presentation mode has no docks: they follow when it ends
-            self._follow_classroom()
+            self.classroom_docks.follow(on)
         QTimer.singleShot(0, self._size_docks)  # the panels' sizes at the new text size, once laid out
-
-    def _follow_classroom(self) -> None:
-        if self.classroom_action.isChecked() and not self.classroom_docks.on:
-            self.classroom_docks.enter()
-        elif not self.classroom_action.isChecked() and self.classroom_docks.on:
-            self.classroom_docks.leave()
-
-    def _size_menus(self) -> None:
-        """The menu bar and its menus at the window's text size, larger still in presentation mode: a menu is a
-        window of its own, so it does not inherit the window's font."""
-        font = QFont(self.font())
-        if self.presenting:
-            font.setPointSizeF(QApplication.font().pointSizeF() * PRESENTATION_MENU_SCALE)
-        self.menuBar().setFont(font)
-        for menu in self.menuBar().findChildren(QMenu):
-            menu.setFont(font)
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""

@@ -3,7 +3,8 @@
 checks (1600x1000 and 1024x700): the main window after a fallback-chain run (the README shows the
 1600x1000 one), the pass inspector at a sampled rejection and at a token-tree pass, and the theory explorer after a
 draft-model run. For the classroom: the window in normal and in presentation mode at the four projector sizes
-(1024x768, 1366x768, 1600x1000, 1920x1080), in the Classroom layout at the same sizes, and every step of the guided lesson at 1600x1000.
+(1024x768, 1366x768, 1600x1000, 1920x1080), in the Classroom layout at the same sizes, and every step of the
+guided lesson at 1600x1000.
 
     python tools/docs_screenshots.py            # writes into docs/
     python tools/docs_screenshots.py --out DIR  # anywhere else, e.g. to compare before committing

@@ -127,7 +127,9 @@ class RunCharts(QWidget):
         self.summary = RunSummaryTable()  # one row per finished run, for side-by-side comparison
         self.summary.hide()
         self.compare_button = self._build_compare_menu()
-        bar = QHBoxLayout()
+        self.controls_bar = QWidget()  # under the plots: the ASD budget, Compare, Clear charts
+        bar = QHBoxLayout(self.controls_bar)
+        bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
@@ -142,7 +144,7 @@ class RunCharts(QWidget):
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
         column.addWidget(split, 1)
-        column.addLayout(bar)
+        column.addWidget(self.controls_bar)
         self.setMinimumHeight(MIN_DOCK_PX)
         install_export_menu(self.layout_widget, "charts")
         follow_theme(self, self.apply_theme)

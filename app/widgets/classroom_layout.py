@@ -7,7 +7,7 @@ arranged for a projector in front of a class.
     centre         the token stream, with the rest of the width
     bottom         the charts across the whole window, all five in one row (RunCharts wraps their titles and
                    legends to their columns), as tall as that row needs: CHARTS_SHARE_PERCENT of the height at
-                   least, CHARTS_MAX_PERCENT at most
+                   least, CHARTS_MAX_PERCENT at most (a smaller window scrolls them in CHARTS_SCROLL_PERCENT)
 
 Leaving the layout puts the docks back as they were before it was entered.
 """
@@ -17,13 +17,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar
+from PySide6.QtGui import QFont, QFontInfo
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QTabBar, QWidget
 
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
-CHARTS_SHARE_PERCENT = 45  # of the window's height: one row of five charts at the larger text
-CHARTS_MAX_PERCENT = 55  # the stream keeps the rest
+PRESENTATION_MENU_SCALE = 1.6  # menus and the status bar read from the back of a room in presentation mode
+PRESENTATION_STATUS_PX = 20  # the status bar's least text size in presentation mode (the stream's least size)
+CHARTS_SHARE_PERCENT = 42  # of the window's height at least (the prompt keeps six lines at 1600x1000)
+CHARTS_MAX_PERCENT = 55  # at most: the stream and the prompt keep the rest
+CHARTS_SCROLL_PERCENT = 36  # a window too small for the row (1024x700): the charts scroll, the prompt keeps room
 SIDE_MAX_PERCENT = 40  # the left column never takes more of the width (the stream keeps the most of it)
+KEEP_MARGIN_PX = 8  # under the button kept in view
+SEPARATOR_PX = 6  # between the left column and the charts
 SIDE_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 
 
@@ -34,6 +39,20 @@ def classroom_font(scale: float) -> QFont:
     return font
 
 
+def size_window_text(window: QMainWindow, presenting: bool) -> None:
+    """The menu bar, its menus and the status bar at the window's text size, larger still in presentation mode
+    (a menu is a window of its own: it does not inherit the window's font)."""
+    font = QFont(window.font())
+    if presenting:
+        font.setPointSizeF(QApplication.font().pointSizeF() * PRESENTATION_MENU_SCALE)
+    window.menuBar().setFont(font)
+    for menu in window.menuBar().findChildren(QMenu):
+        menu.setFont(font)
+    if presenting:  # as large as the stream's least size there, so the class can read the figures
+        font.setPixelSize(max(PRESENTATION_STATUS_PX, QFontInfo(font).pixelSize()))
+    window.statusBar().setFont(font)
+
+
 class ClassroomDocks:
     """Rearranges a window's docks for the Classroom layout and back.
 
@@ -41,9 +60,11 @@ class ClassroomDocks:
     size hint sets the column's width."""
 
     def __init__(self, window: QMainWindow, side: list[QDockWidget], panels: list, charts: QDockWidget,
-                 restore: Callable[[QByteArray], object]) -> None:
-        """`charts` holds the RunCharts, whose `height_to_fit` sets its height."""
+                 restore: Callable[[QByteArray], object], keep: QWidget) -> None:
+        """`charts` holds the RunCharts, whose `height_to_fit` sets its height; `keep` (in the first side dock's
+        panel: the Generate button) stays in view above the charts."""
         self._window = window
+        self._keep = keep
         self._restore = restore  # the window's restoreState (which also retires the tab bars it replaced)
         self._side = side
         self._panels = panels
@@ -60,6 +81,13 @@ class ClassroomDocks:
     def state_before(self) -> QByteArray | None:
         """The docks as they were before the Classroom layout (what is saved for the next start)."""
         return self._before
+
+    def follow(self, on: bool) -> None:
+        """Enter the layout (on) or leave it (off), unless already there."""
+        if on and not self.on:
+            self.enter()
+        elif not on and self.on:
+            self.leave()
 
     def enter(self) -> None:
         """Tab the side docks into the left column, remembering where they were."""
@@ -97,11 +125,14 @@ class ClassroomDocks:
         return min(wanted, self._window.width() * SIDE_MAX_PERCENT // 100)
 
     def charts_height(self) -> int:
-        """What one row of the charts needs, within CHARTS_SHARE_PERCENT .. CHARTS_MAX_PERCENT of the window."""
+        """What one row of the charts needs, if that is within CHARTS_MAX_PERCENT of the window, and
+        CHARTS_SHARE_PERCENT at least (a window too small for the row: the charts scroll, the prompt keeps room)."""
         dock, height = self._charts, self._window.height()
         view = dock.widget()
         need = view.height_to_fit() + dock.height() - view.height() + self._tab_bar_height(dock)
-        return max(height * CHARTS_SHARE_PERCENT // 100, min(need, height * CHARTS_MAX_PERCENT // 100))
+        if need > min(height * CHARTS_MAX_PERCENT // 100, self._room_below_keep()):
+            return height * CHARTS_SCROLL_PERCENT // 100
+        return max(height * CHARTS_SHARE_PERCENT // 100, need)
 
     def _charts_text_resized(self) -> None:
         """A legend grew or shrank (a drafter joined, a note): the charts' row is sized again, once per burst."""
@@ -113,6 +144,16 @@ class ClassroomDocks:
         self._resize_due = False
         if self.on and not self._charts.isFloating():
             self._window.resizeDocks([self._charts], [self.charts_height()], Qt.Orientation.Vertical)
+
+    def _room_below_keep(self) -> int:
+        """The most the charts (with their tab bar) can take with `keep` still in view in the left column."""
+        first = self._side[0]
+        panel = first.widget()
+        bottom = self._keep.mapTo(panel, self._keep.rect().bottomLeft()).y() + KEEP_MARGIN_PX
+        column = first.height() - panel.height() + bottom + self._tab_bar_height(first)
+        charts = self._charts
+        area = charts.geometry().bottom() + self._tab_bar_height(charts) - first.geometry().top()
+        return area - column - SEPARATOR_PX
 
     def _tab_bar_height(self, dock: QDockWidget) -> int:
         """The height of the tab bar under `dock`'s tabbed group (resizeDocks sizes the group with its bar)."""
