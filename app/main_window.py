@@ -198,7 +198,8 @@ class MainWindow(QMainWindow):
         self.lesson_dock.hide()  # Help → Guided lesson opens it
         self.classroom_docks = ClassroomDocks(self, [self.controls_dock, self.drafters_dock, self.guide_dock,
                                                      self.lesson_dock], [self.controls, self.drafters],
-                                              self.charts_dock, self._restore_dock_state, self.controls.generate_button)
+                                              self.charts_dock, self.charts, self._restore_dock_state,
+                                              self.controls.generate_button)
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 

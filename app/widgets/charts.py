@@ -73,6 +73,7 @@ LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title, at the
 MIN_ROW_PX = 200  # a row of plots (title, plot, axis, legend) never gets less; the grid scrolls instead
 MIN_PLOT_PX = 70  # a single row's plots keep this much height beside their text
 TITLE_ROW_PX = 30  # pyqtgraph's height of a title's row: a title of one line at the normal size
+MAX_PLOT_ASPECT = 0.75  # height / width beyond which a plot's extra height is not worth a row of its own
 CELL_SLACK_PX = 6  # a column's text stays this much narrower than the column (rounding, the label's margins)
 MIN_DOCK_PX = 200  # the charts never collapse to nothing in a small window
 MAX_COLUMNS = 3  # plots to a row when the dock is wide enough; fewer when it is not
@@ -365,6 +366,16 @@ class RunCharts(QWidget):
         frame = 2 * self.layout_widget.frameWidth()
         return QSize(int(np.ceil(width)) + frame, int(np.ceil(height)) + frame)
 
+    def _plot_area(self, columns: int, room: QSize) -> float:
+        """About the area (px²) each plot gets when `columns` to a row share `room`, beside its text and axes,
+        counting no more height than MAX_PLOT_ASPECT of its width (a tall thin plot reads no better)."""
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for cell in self._laid()]
+        rows = -(-len(minimum) // columns)
+        text = sum(max(minimum[row * columns:(row + 1) * columns]) for row in range(rows))
+        height = (room.height() - text) / rows
+        width = room.width() / columns - self._plots[0].getAxis("left").width()
+        return max(min(height, MAX_PLOT_ASPECT * width), 0.0) * max(width, 0.0)
+
     def _fit_text(self, columns: int | None, room: int) -> None:
         """Titles and legends wrapped to the columns of `columns` to a row (None: on as few lines as they like);
         in a single row the x axes' title ("pass", which every plot shares and the titles say) is left out."""
@@ -393,8 +404,8 @@ class RunCharts(QWidget):
         return spare / columns - CELL_SLACK_PX
 
     def _fitting_columns(self) -> int:
-        """The arrangement that shows every plot without scrolling, text wrapped to its column: three to a row,
-        else two, else all in one row (a short or narrow dock: 1366x768, 1024x700, the Classroom layout).
+        """The arrangement that shows every plot without scrolling, text wrapped to its column, with the largest
+        plots: three to a row, two, or all in one row (a short dock: 1366x768, 1024x700, the Classroom layout).
         When none fits, the most plots to a row (up to MAX_COLUMNS) that fit across the scroll area with their
         text on few lines, less its vertical scroll bar (one when not even one fits: then it scrolls sideways)."""
         room = self.scroll.contentsRect().size()
@@ -403,11 +414,16 @@ class RunCharts(QWidget):
         if laid == 1:
             self._fit_text(None, room.width())
             return 1
+        fitting = {}  # columns -> the area each plot would get
         for columns in dict.fromkeys((min(MAX_COLUMNS, laid), 2, laid)):
             self._fit_text(columns, room.width())
             need = self.grid_minimum(columns)
             if need.width() <= room.width() and need.height() <= room.height():
-                return columns
+                fitting[columns] = self._plot_area(columns, room)
+        if fitting:
+            best = max(fitting, key=fitting.__getitem__)
+            self._fit_text(best, room.width())
+            return best
         self._fit_text(None, room.width())
         bar = self.scroll.verticalScrollBar().sizeHint().width()
         for wanted in range(min(MAX_COLUMNS, laid), 1, -1):

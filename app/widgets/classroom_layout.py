@@ -20,6 +20,8 @@ from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QFont, QFontInfo
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QTabBar, QWidget
 
+from app.widgets.charts import RunCharts
+
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 PRESENTATION_MENU_SCALE = 1.6  # menus and the status bar read from the back of a room in presentation mode
 PRESENTATION_STATUS_PX = 20  # the status bar's least text size in presentation mode (the stream's least size)
@@ -60,10 +62,11 @@ class ClassroomDocks:
     size hint sets the column's width."""
 
     def __init__(self, window: QMainWindow, side: list[QDockWidget], panels: list, charts: QDockWidget,
-                 restore: Callable[[QByteArray], object], keep: QWidget) -> None:
-        """`charts` holds the RunCharts, whose `height_to_fit` sets its height; `keep` (in the first side dock's
-        panel: the Generate button) stays in view above the charts."""
+                 view: RunCharts, restore: Callable[[QByteArray], object], keep: QWidget) -> None:
+        """`charts` holds `view`, whose `height_to_fit` sets its height; `keep` (in the first side dock's panel: the
+        Generate button) stays in view above the charts."""
         self._window = window
+        self._view = view
         self._keep = keep
         self._restore = restore  # the window's restoreState (which also retires the tab bars it replaced)
         self._side = side
@@ -71,7 +74,7 @@ class ClassroomDocks:
         self._charts = charts
         self._before: QByteArray | None = None  # the docks as they were before the layout (None: not in it)
         self._resize_due = False
-        charts.widget().sig_text_resized.connect(self._charts_text_resized)
+        view.sig_text_resized.connect(self._charts_text_resized)
 
     @property
     def on(self) -> bool:
@@ -101,7 +104,9 @@ class ClassroomDocks:
 
     def arrange(self) -> None:
         window, first = self._window, self._side[0]
-        window.layout().activate()
+        layout = window.layout()
+        if layout is not None:
+            layout.activate()  # laid out before the first tab (see MainWindow._tabify)
         for dock in self._side:
             dock.setFloating(False)
         window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, first)
@@ -127,8 +132,7 @@ class ClassroomDocks:
     def charts_height(self) -> int:
         """What one row of the charts needs, if that is within CHARTS_MAX_PERCENT of the window, and
         CHARTS_SHARE_PERCENT at least (a window too small for the row: the charts scroll, the prompt keeps room)."""
-        dock, height = self._charts, self._window.height()
-        view = dock.widget()
+        dock, height, view = self._charts, self._window.height(), self._view
         need = view.height_to_fit() + dock.height() - view.height() + self._tab_bar_height(dock)
         if need > min(height * CHARTS_MAX_PERCENT // 100, self._room_below_keep()):
             return height * CHARTS_SCROLL_PERCENT // 100

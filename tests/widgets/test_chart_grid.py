@@ -68,11 +68,12 @@ def test_classroom_charts_fit_the_dock_at_1024x700_after_an_asd_run(qtbot, make_
     assert min(charts.plot_heights()) > 0
 
 
-@pytest.mark.parametrize("size", [(1600, 1000)])
-def test_normal_layout_keeps_three_plots_to_a_row(qtbot, make_window, size):
-    window = shown_window(make_window, size, FakeEngine())
-    charts = window.charts
+def test_a_tall_dock_takes_three_to_a_row_and_a_short_one_a_single_row(qtbot):
+    charts = charts_at(qtbot, 1600, 1.0, height=900)
     assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    charts.resize(1600, 330)
+    QApplication.processEvents()
+    assert charts.columns == PLOT_COUNT and charts.plot_cells() == [(0, i) for i in range(PLOT_COUNT)]
     assert charts.scroll.horizontalScrollBar().maximum() == 0
     assert_every_plot_reachable(charts)
 
