@@ -199,7 +199,7 @@ class MainWindow(QMainWindow):
         self.classroom_docks = ClassroomDocks(self, [self.controls_dock, self.drafters_dock, self.guide_dock,
                                                      self.lesson_dock], [self.controls, self.drafters],
                                               self.charts_dock, self.charts, self._restore_dock_state,
-                                              self.controls.generate_button)
+                                              self.controls.generate_button, {self.race_dock: self.race_view})
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 

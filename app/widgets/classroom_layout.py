@@ -7,7 +7,8 @@ arranged for a projector in front of a class.
     centre         the token stream, with the rest of the width
     bottom         the charts across the whole window, all five in one row (RunCharts wraps their titles and
                    legends to their columns), as tall as that row needs: CHARTS_SHARE_PERCENT of the height at
-                   least, CHARTS_MAX_PERCENT at most (a smaller window scrolls them in CHARTS_SCROLL_PERCENT)
+                   least, CHARTS_MAX_PERCENT at most (a smaller window scrolls them in CHARTS_SCROLL_PERCENT);
+                   the race, while its tab is in front, as tall as its panel needs within the same bounds
 
 Leaving the layout puts the docks back as they were before it was entered.
 """
@@ -20,6 +21,7 @@ from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QFont, QFontInfo
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QTabBar, QWidget
 
+from app.widgets import on_screen
 from app.widgets.charts import RunCharts
 
 CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
@@ -62,19 +64,24 @@ class ClassroomDocks:
     size hint sets the column's width."""
 
     def __init__(self, window: QMainWindow, side: list[QDockWidget], panels: list, charts: QDockWidget,
-                 view: RunCharts, restore: Callable[[QByteArray], object], keep: QWidget) -> None:
-        """`charts` holds `view`, whose `height_to_fit` sets its height; `keep` (in the first side dock's panel: the
-        Generate button) stays in view above the charts."""
+                 view: RunCharts, restore: Callable[[QByteArray], object], keep: QWidget,
+                 tall: dict[QDockWidget, QWidget] | None = None) -> None:
+        """`charts` holds `view`, whose `height_to_fit` sets the bottom row's height; `tall` are other docks of the
+        bottom row whose panel's minimum height sets it while they are in front (the race); `keep` (in the first
+        side dock's panel: the Generate button) stays in view above them."""
         self._window = window
         self._view = view
         self._keep = keep
+        self._tall = dict(tall or {})
         self._restore = restore  # the window's restoreState (which also retires the tab bars it replaced)
         self._side = side
         self._panels = panels
         self._charts = charts
         self._before: QByteArray | None = None  # the docks as they were before the layout (None: not in it)
         self._resize_due = False
-        view.sig_text_resized.connect(self._charts_text_resized)
+        view.sig_text_resized.connect(self._need_changed)
+        for dock in (charts, *self._tall):
+            dock.visibilityChanged.connect(self._need_changed)  # a tab raised: the row fits what it shows
 
     @property
     def on(self) -> bool:
@@ -129,25 +136,33 @@ class ClassroomDocks:
         wanted = max(panel.sizeHint().width() for panel in self._panels) + SIDE_FRAME_PX
         return min(wanted, self._window.width() * SIDE_MAX_PERCENT // 100)
 
+    def _front(self) -> QDockWidget:
+        """The bottom row's dock in front: a tall one when it shows, else the charts."""
+        return next((dock for dock in self._tall if on_screen(dock)), self._charts)
+
     def charts_height(self) -> int:
-        """What one row of the charts needs, if that is within CHARTS_MAX_PERCENT of the window, and
-        CHARTS_SHARE_PERCENT at least (a window too small for the row: the charts scroll, the prompt keeps room)."""
-        dock, height, view = self._charts, self._window.height(), self._view
-        need = view.height_to_fit() + dock.height() - view.height() + self._tab_bar_height(dock)
+        """What the bottom row's dock in front needs (the charts: all in one row), if that is within
+        CHARTS_MAX_PERCENT of the window, and CHARTS_SHARE_PERCENT at least (a window too small for it: it
+        scrolls, and the prompt keeps its room)."""
+        dock, height = self._front(), self._window.height()
+        inner = self._view.height_to_fit() if dock is self._charts else self._tall[dock].minimumSizeHint().height()
+        panel = self._view if dock is self._charts else dock.widget()
+        need = inner + dock.height() - panel.height() + self._tab_bar_height(dock)
         if need > min(height * CHARTS_MAX_PERCENT // 100, self._room_below_keep()):
             return height * CHARTS_SCROLL_PERCENT // 100
         return max(height * CHARTS_SHARE_PERCENT // 100, need)
 
-    def _charts_text_resized(self) -> None:
-        """A legend grew or shrank (a drafter joined, a note): the charts' row is sized again, once per burst."""
+    def _need_changed(self, *_args) -> None:
+        """A legend grew or shrank, or another tab came to the front: the row is sized again, once per burst."""
         if self.on and not self._resize_due:
             self._resize_due = True
-            QTimer.singleShot(0, self._resize_charts)
+            QTimer.singleShot(0, self._resize_bottom)
 
-    def _resize_charts(self) -> None:
+    def _resize_bottom(self) -> None:
         self._resize_due = False
-        if self.on and not self._charts.isFloating():
-            self._window.resizeDocks([self._charts], [self.charts_height()], Qt.Orientation.Vertical)
+        dock = self._front()
+        if self.on and not dock.isFloating():
+            self._window.resizeDocks([dock], [self.charts_height()], Qt.Orientation.Vertical)
 
     def _room_below_keep(self) -> int:
         """The most the charts (with their tab bar) can take with `keep` still in view in the left column."""
@@ -157,6 +172,9 @@ class ClassroomDocks:
         column = first.height() - panel.height() + bottom + self._tab_bar_height(first)
         charts = self._charts
         area = charts.geometry().bottom() + self._tab_bar_height(charts) - first.geometry().top()
+        if not on_screen(charts):  # tabbed away: measure at the dock in front
+            front = self._front()
+            area = front.geometry().bottom() + self._tab_bar_height(front) - first.geometry().top()
         return area - column - SEPARATOR_PX
 
     def _tab_bar_height(self, dock: QDockWidget) -> int:
@@ -169,5 +187,4 @@ class ClassroomDocks:
     def size_docks(self) -> None:
         window = self._window
         window.resizeDocks([self._side[0]], [self.side_width()], Qt.Orientation.Horizontal)
-        if not self._charts.isFloating():
-            window.resizeDocks([self._charts], [self.charts_height()], Qt.Orientation.Vertical)
+        self._resize_bottom()

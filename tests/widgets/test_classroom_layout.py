@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontInfo
 from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QRadioButton
 
+from app.widgets.classroom_layout import CHARTS_MAX_PERCENT
 from app.widgets.inspector import AcceptStrip
 from tests.widgets.fakes import FakeEngine
 from tests.widgets.test_chart_grid import assert_every_plot_reachable, charts_after_a_run
@@ -114,3 +115,15 @@ def test_acceptance_strip_labels_never_overlap(qtbot, u, scale):
     strip.resize(400, strip.height())
     QApplication.processEvents()
     assert {"tick 0", "tick 1"} <= set(strip.label_rects())  # the ticks show where there is room
+
+
+def test_the_race_tab_takes_the_room_its_panel_needs_and_gives_it_back(qtbot, make_window):
+    window = classroom_window(qtbot, make_window, (1600, 1000))
+    charts_height = window.charts_dock.height()
+    window.race_dock.raise_()
+    needed = window.race_view.minimumSizeHint().height()
+    qtbot.waitUntil(lambda: window.race_dock.height() > charts_height)
+    assert window.race_dock.height() <= 1000 * CHARTS_MAX_PERCENT // 100
+    assert window.race_view.height() >= min(needed, window.race_dock.widget().viewport().height())
+    window.charts_dock.raise_()
+    qtbot.waitUntil(lambda: window.charts_dock.height() == charts_height)
