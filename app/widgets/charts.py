@@ -20,15 +20,15 @@ plot's width and long bar series are binned, so a paint stays the same size at
 10,000 passes as at 500; and nothing is redrawn when no pass arrived.
 
 Each plot has its legend under it, as a compact table of text (never over the
-curves, never clipped), and a minimum height; the grid scrolls when the dock
-is smaller than that. The grid reflows to the dock's width: three plots to a
-row when they fit beside each other at their minimum widths, else two, else
-one (the Classroom layout's larger text in a small window); all five in one row
-when two rows would not fit the dock's height but one row fits its width (a
-short window such as 1366x768), and it tells its
-scroll area the minimum size of the arrangement it shows, so a plot is never
-drawn past the dock's edge: the area scrolls to it instead, sideways only
-when not even one plot fits across. A raised tab redraws what arrived while
+curves, never clipped), and a minimum height. Of the arrangements that show every
+plot without scrolling (three to a row, two, or all five in one row, titles and
+legends wrapped to their columns: app/widgets/chart_text.py) the grid takes the one
+whose plots are largest, so a short dock (1024x700, 1366x768, the Classroom
+layout) shows all five in one row; the legends of a row are as tall as each other,
+so its plots line up. When none fits, the grid reflows to the dock's width (three,
+two or one to a row) and tells its scroll area the arrangement's minimum size, so a
+plot is never drawn past the dock's edge: the area scrolls to it instead, sideways
+only when not even one plot fits across. A raised tab redraws what arrived while
 it was behind (`on_visibility_changed`). Vertical markers show where the drafter, K or rule
 changed mid-run (`Session.changes`).
 """
