@@ -366,6 +366,9 @@ class RunCharts(QWidget):
         frame = 2 * self.layout_widget.frameWidth()
         return QSize(int(np.ceil(width)) + frame, int(np.ceil(height)) + frame)
 
+    def _tallest_legend(self) -> float:
+        return max(cell.getItem(1, 0).effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for cell in self._laid())
+
     def _plot_area(self, columns: int, room: QSize) -> float:
         """About the area (px²) each plot gets when `columns` to a row share `room`, beside its text and axes,
         counting no more height than MAX_PLOT_ASPECT of its width (a tall thin plot reads no better)."""
@@ -406,8 +409,9 @@ class RunCharts(QWidget):
     def _fitting_columns(self) -> int:
         """The arrangement that shows every plot without scrolling, text wrapped to its column, with the largest
         plots: three to a row, two, or all in one row (a short dock: 1366x768, 1024x700, the Classroom layout).
-        When none fits, the most plots to a row (up to MAX_COLUMNS) that fit across the scroll area with their
-        text on few lines, less its vertical scroll bar (one when not even one fits: then it scrolls sideways)."""
+        When none fits: all in one row if their plots (not their legends) fit the height; else the most plots to a
+        row (up to MAX_COLUMNS) that fit across the scroll area with their text on few lines, less its vertical
+        scroll bar (one when not even one fits: then it scrolls sideways)."""
         room = self.scroll.contentsRect().size()
         laid = len(self._laid())
         self._even_legends(1)  # each cell measured at its own size
@@ -424,8 +428,12 @@ class RunCharts(QWidget):
             best = max(fitting, key=fitting.__getitem__)
             self._fit_text(best, room.width())
             return best
-        self._fit_text(None, room.width())
         bar = self.scroll.verticalScrollBar().sizeHint().width()
+        self._fit_text(laid, room.width() - bar)
+        need = self.grid_minimum(laid)
+        if need.width() <= room.width() - bar and need.height() - self._tallest_legend() <= room.height():
+            return laid  # every plot in view in one row, their legends a scroll away
+        self._fit_text(None, room.width())
         for wanted in range(min(MAX_COLUMNS, laid), 1, -1):
             need = self.grid_minimum(wanted)
             if need.width() <= room.width() - (bar if need.height() > room.height() else 0):

@@ -7,7 +7,7 @@ arranged for a projector in front of a class.
     centre         the token stream, with the rest of the width
     bottom         the charts across the whole window, all five in one row (RunCharts wraps their titles and
                    legends to their columns), as tall as that row needs: CHARTS_SHARE_PERCENT of the height at
-                   least, CHARTS_MAX_PERCENT at most (a smaller window scrolls them in CHARTS_SCROLL_PERCENT);
+                   least, CHARTS_MAX_PERCENT at most (in a smaller window they scroll, their plots in view);
                    the race, while its tab is in front, as tall as its panel needs within the same bounds
 
 Leaving the layout puts the docks back as they were before it was entered.
@@ -29,7 +29,7 @@ PRESENTATION_MENU_SCALE = 1.6  # menus and the status bar read from the back of 
 PRESENTATION_STATUS_PX = 20  # the status bar's least text size in presentation mode (the stream's least size)
 CHARTS_SHARE_PERCENT = 42  # of the window's height at least (the prompt keeps six lines at 1600x1000)
 CHARTS_MAX_PERCENT = 55  # at most: the stream and the prompt keep the rest
-CHARTS_SCROLL_PERCENT = 36  # a window too small for the row (1024x700): the charts scroll, the prompt keeps room
+CHARTS_SCROLL_PERCENT = 36  # at least, in a window too small for the row (1024x768): the charts scroll
 SIDE_MAX_PERCENT = 40  # the left column never takes more of the width (the stream keeps the most of it)
 KEEP_MARGIN_PX = 8  # under the button kept in view
 SEPARATOR_PX = 6  # between the left column and the charts
@@ -79,6 +79,7 @@ class ClassroomDocks:
         self._charts = charts
         self._before: QByteArray | None = None  # the docks as they were before the layout (None: not in it)
         self._resize_due = False
+        self._keep_room: int | None = None  # what _room_below_keep measured when `keep` last showed
         view.sig_text_resized.connect(self._need_changed)
         for dock in (charts, *self._tall):
             dock.visibilityChanged.connect(self._need_changed)  # a tab raised: the row fits what it shows
@@ -142,14 +143,15 @@ class ClassroomDocks:
 
     def charts_height(self) -> int:
         """What the bottom row's dock in front needs (the charts: all in one row), if that is within
-        CHARTS_MAX_PERCENT of the window, and CHARTS_SHARE_PERCENT at least (a window too small for it: it
-        scrolls, and the prompt keeps its room)."""
+        CHARTS_MAX_PERCENT of the window and leaves `keep` in view, and CHARTS_SHARE_PERCENT at least; a window
+        too small for it: all the room up to those bounds (CHARTS_SCROLL_PERCENT at least), and it scrolls."""
         dock, height = self._front(), self._window.height()
         inner = self._view.height_to_fit() if dock is self._charts else self._tall[dock].minimumSizeHint().height()
         panel = self._view if dock is self._charts else dock.widget()
         need = inner + dock.height() - panel.height() + self._tab_bar_height(dock)
-        if need > min(height * CHARTS_MAX_PERCENT // 100, self._room_below_keep()):
-            return height * CHARTS_SCROLL_PERCENT // 100
+        most = min(height * CHARTS_MAX_PERCENT // 100, self._room_below_keep())
+        if need > most:  # it scrolls: as much room as there is, the plots in view before their legends
+            return max(height * CHARTS_SCROLL_PERCENT // 100, most)
         return max(height * CHARTS_SHARE_PERCENT // 100, need)
 
     def _need_changed(self, *_args) -> None:
@@ -165,17 +167,18 @@ class ClassroomDocks:
             self._window.resizeDocks([dock], [self.charts_height()], Qt.Orientation.Vertical)
 
     def _room_below_keep(self) -> int:
-        """The most the charts (with their tab bar) can take with `keep` still in view in the left column."""
+        """The most the charts (with their tab bar) can take with `keep` still in view in the left column; while
+        another tab of the column is in front, what it was when `keep` last showed (its place is not laid out)."""
+        if not on_screen(self._keep):
+            return self._keep_room if self._keep_room is not None else 0
         first = self._side[0]
         panel = first.widget()
         bottom = self._keep.mapTo(panel, self._keep.rect().bottomLeft()).y() + KEEP_MARGIN_PX
         column = first.height() - panel.height() + bottom + self._tab_bar_height(first)
-        charts = self._charts
-        area = charts.geometry().bottom() + self._tab_bar_height(charts) - first.geometry().top()
-        if not on_screen(charts):  # tabbed away: measure at the dock in front
-            front = self._front()
-            area = front.geometry().bottom() + self._tab_bar_height(front) - first.geometry().top()
-        return area - column - SEPARATOR_PX
+        front = self._front()
+        area = front.geometry().bottom() + self._tab_bar_height(front) - first.geometry().top()
+        self._keep_room = area - column - SEPARATOR_PX
+        return self._keep_room
 
     def _tab_bar_height(self, dock: QDockWidget) -> int:
         """The height of the tab bar under `dock`'s tabbed group (resizeDocks sizes the group with its bar)."""

@@ -31,7 +31,8 @@ def assert_every_plot_reachable(charts: RunCharts) -> None:
     assert grid.minimumWidth() >= needed.width() and grid.minimumHeight() >= needed.height()
 
 
-SHORT_PX = 150  # a charts widget this short fits no arrangement: the grid scrolls
+SHORT_PX = 100  # a charts widget this short (it keeps its least height) fits no arrangement at LARGE_TEXT
+LARGE_TEXT = 2.0
 
 
 def charts_at(qtbot, width: int, scale: float, height: int = SHORT_PX) -> RunCharts:
@@ -79,10 +80,12 @@ def test_a_tall_dock_takes_three_to_a_row_and_a_short_one_a_single_row(qtbot):
 
 
 def test_grid_reflows_to_the_width_and_scrolls_sideways_only_below_one_plot(qtbot):
-    charts = charts_at(qtbot, 1600, CLASSROOM_FONT_SCALE)
+    """Text so large (twice the normal) that no arrangement fits the widget's least height, nor five plots
+    without their legends: the grid reflows to the width and scrolls."""
+    charts = charts_at(qtbot, 1600, LARGE_TEXT)
     assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
     assert_every_plot_reachable(charts)
-    for width, columns in ((1010, 2), (560, 1)):
+    for width, columns in ((1300, 2), (800, 1)):
         charts.resize(width, SHORT_PX)
         QApplication.processEvents()
         assert charts.columns == columns
@@ -99,16 +102,17 @@ def test_grid_reflows_to_the_width_and_scrolls_sideways_only_below_one_plot(qtbo
     assert_every_plot_reachable(charts)
 
 
-def test_normal_text_keeps_three_to_a_row_where_the_classroom_text_takes_two(qtbot):
-    charts = charts_at(qtbot, 1024, 1.0)
-    assert charts.columns == 3
+def test_larger_text_keeps_every_plot_in_one_row_of_a_short_dock(qtbot):
+    charts = charts_at(qtbot, 1024, 1.0)  # the widget's least height
+    assert charts.columns == PLOT_COUNT
     charts.set_text_scale(CLASSROOM_FONT_SCALE)
     QApplication.processEvents()
-    assert charts.columns == 2
+    assert charts.columns == PLOT_COUNT  # the plots in view, their legends a scroll away
+    assert charts.scroll.horizontalScrollBar().maximum() == 0
     assert_every_plot_reachable(charts)
     charts.set_text_scale(1.0)
     QApplication.processEvents()
-    assert charts.columns == 3 and charts.plot_cells() == THREE_TO_A_ROW
+    assert charts.columns == PLOT_COUNT
     assert_every_plot_reachable(charts)
 
 
@@ -143,3 +147,16 @@ def test_a_single_row_wraps_titles_and_legends_to_their_columns(qtbot):
     assert charts.columns == 3
     assert all("<br>" not in plot.titleLabel.text for plot in charts.plots)
     assert all(plot.getAxis("bottom").label.isVisible() for plot in charts.plots)
+
+
+def test_a_row_too_short_for_its_legends_keeps_every_plot_in_view(qtbot):
+    """The Classroom layout's text in a small window: five in a row, the plots in view, the legends a scroll away."""
+    charts = charts_at(qtbot, 1024, CLASSROOM_FONT_SCALE, height=300)
+    area = charts.scroll
+    assert charts.columns == PLOT_COUNT and area.verticalScrollBar().maximum() > 0
+    assert area.horizontalScrollBar().maximum() == 0
+    for plot in charts.plots:
+        view = plot.getViewBox()
+        shown = charts.layout_widget.mapFromScene(view.sceneBoundingRect()).boundingRect()
+        assert area.viewport().rect().contains(shown), (plot.plain_title, shown, area.viewport().rect())
+    assert_every_plot_reachable(charts)
