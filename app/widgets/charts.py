@@ -272,9 +272,12 @@ class RunCharts(QWidget):
             plot.legend_note = note
         lines = plot.legend_label.item.toHtml().count("<br")
         self._write_legend(plot)
-        if plot.legend_label.item.toHtml().count("<br") != lines:
+        resized = plot.legend_label.item.toHtml().count("<br") != lines
+        if resized:
             self.sig_text_resized.emit()
-        if len(self._cells) == PLOT_COUNT and not self._reflowing:  # a wider legend may need another arrangement
+        # A legend of more or fewer lines, or a wider one where the text is not wrapped to its column, may need
+        # another arrangement (a new figure in a note every pass in slow motion does not)
+        if len(self._cells) == PLOT_COUNT and not self._reflowing and (resized or self._legend_width is None):
             self._reflow()
 
     def _write_legend(self, plot: pg.PlotItem) -> None:
@@ -289,8 +292,8 @@ class RunCharts(QWidget):
         title one 30 px row, which would clip a second line or a projector's larger text)."""
         axis = plot.getAxis("left").width() + CELL_SLACK_PX
         width = None if self._legend_width is None else self._legend_width - axis
-        style_plot(plot, self._theme, title_html(plot.plain_title, self._theme.title_px, width,
-                                                        plot.short_title))
+        plot.setTitle(title_html(plot.plain_title, self._theme.title_px, width, plot.short_title),
+                      color=self._theme.text, size=f"{self._theme.title_px}px")  # the axes are not styled again
         height = max(TITLE_ROW_PX, int(np.ceil(plot.titleLabel.item.boundingRect().height())))
         plot.titleLabel.setMaximumHeight(height)
         plot.layout.setRowFixedHeight(0, height)
@@ -317,6 +320,7 @@ class RunCharts(QWidget):
         style_view(self.layout_widget, theme)
         self._restyle_lines(theme)
         for plot in self._plots:
+            style_plot(plot, theme)
             plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * max(1.0, self._text_scale)))
             self._write_title(plot)
             self._show_legend(plot)
