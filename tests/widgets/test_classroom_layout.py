@@ -127,3 +127,26 @@ def test_the_race_tab_takes_the_room_its_panel_needs_and_gives_it_back(qtbot, ma
     assert window.race_view.height() >= min(needed, window.race_dock.widget().viewport().height())
     window.charts_dock.raise_()
     qtbot.waitUntil(lambda: window.charts_dock.height() == charts_height)
+
+
+def test_chosen_in_presentation_mode_it_applies_when_presentation_ends(qtbot, make_window):
+    window = shown_window(make_window, (1600, 1000), FakeEngine())
+    window.presentation_action.trigger()
+    window.classroom_action.trigger()
+    QApplication.processEvents()
+    assert not window.classroom_docks.on  # presentation mode has no docks to arrange
+    window.presentation_action.trigger()
+    qtbot.waitUntil(lambda: window.controls_dock in window.tabifiedDockWidgets(window.drafters_dock))
+    assert window.classroom_docks.on
+    assert window.dockWidgetArea(window.drafters_dock) == Qt.DockWidgetArea.LeftDockWidgetArea
+
+
+def test_reset_layout_keeps_the_classroom_arrangement_while_it_is_chosen(qtbot, make_window):
+    window = classroom_window(qtbot, make_window, (1600, 1000))
+    window.reset_layout_action.trigger()
+    QApplication.processEvents()
+    assert window.controls_dock in window.tabifiedDockWidgets(window.drafters_dock)
+    window.classroom_action.trigger()  # leaving goes back to the reset (default) layout
+    QApplication.processEvents()
+    assert window.dockWidgetArea(window.drafters_dock) == Qt.DockWidgetArea.RightDockWidgetArea
+    assert window.controls_dock not in window.tabifiedDockWidgets(window.drafters_dock)
