@@ -41,7 +41,7 @@ def test_every_chart_is_in_view_without_scrolling_after_a_run(qtbot, make_window
     assert_every_plot_reachable(charts)
 
 
-@pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
+@pytest.mark.parametrize("size", [(1024, 768), (1366, 768), (1600, 1000)])
 def test_the_side_panels_share_a_left_column_as_wide_as_the_drafter_panel_needs(qtbot, make_window, size):
     window = classroom_window(qtbot, make_window, size)
     window.drafters_dock.raise_()
@@ -51,7 +51,8 @@ def test_the_side_panels_share_a_left_column_as_wide_as_the_drafter_panel_needs(
     area = window.drafters_dock.widget()
     assert area.horizontalScrollBar().maximum() == 0  # nothing to scroll sideways
     panel = window.drafters
-    assert panel.width() >= panel.sizeHint().width()
+    if size[0] >= 1366:  # at 1024 px the column keeps to SIDE_MAX_PERCENT, the panel a little under its wish
+        assert panel.width() >= panel.sizeHint().width()
     for widget in [w for kind in (QCheckBox, QRadioButton, QLabel) for w in panel.findChildren(kind)]:
         if widget.isVisible() and not (isinstance(widget, QLabel) and widget.wordWrap()):
             assert widget.width() >= widget.sizeHint().width(), widget.text()  # no label cut
