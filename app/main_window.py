@@ -781,8 +781,8 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.controls_dock, self.drafters_dock], [prompt, drafters], Qt.Orientation.Horizontal)
 
     def _charts_share(self) -> int:
-        """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
-        a small window keeps room for the prompt's buttons and the text."""
+        """The charts' height: a larger share of a taller window (the plots take the arrangement that fits it:
+        app/widgets/charts.py); a small window keeps room for the prompt's buttons and the text."""
         percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
         return max(MIN_CHARTS_PX, self.height() * percent // 100)
 
