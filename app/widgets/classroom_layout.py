@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import shiboken6
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QFont, QFontInfo
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QTabBar, QWidget
@@ -162,6 +163,8 @@ class ClassroomDocks:
 
     def _resize_bottom(self) -> None:
         self._resize_due = False
+        if not all(shiboken6.isValid(w) for w in (self._window, self._charts, *self._tall, *self._side)):
+            return  # the window was closed while the resize waited
         dock = self._front()
         if self.on and not dock.isFloating():
             self._window.resizeDocks([dock], [self.charts_height()], Qt.Orientation.Vertical)
