@@ -17,14 +17,13 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QFont, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMenu,
     QMessageBox,
     QStackedWidget,
     QTabBar,
@@ -47,6 +46,7 @@ from app.widgets import scrolled
 from app.widgets.acceptance_histogram import AcceptanceHistogramView, end_of_run_figures
 from app.widgets.asd_tradeoff import AsdTradeoffView
 from app.widgets.charts import RunCharts
+from app.widgets.classroom_layout import CLASSROOM_FONT_SCALE, ClassroomDocks, classroom_font, size_window_text
 from app.widgets.controls import ControlsPanel
 from app.widgets.drafter_panel import DrafterPanel
 from app.widgets.guide import READY_PROMPTS, GuidePanel, ReadyPrompt
@@ -74,13 +74,10 @@ EXPORTS = {
 }
 CHARTS_SHARE_PERCENT = 52  # of a tall window's height
 SMALL_CHARTS_SHARE_PERCENT = 45  # of a window under TALL_WINDOW_PX
-CLASSROOM_CHARTS_SHARE_PERCENT = 42  # at most, in the Classroom layout: its prompt keeps six lines at 1600x1000
 TALL_WINDOW_PX = 900
 MIN_CHARTS_PX = 200
 SIDE_PANEL_FRAME_PX = 30  # a side dock's frame and its scroll area's vertical bar
 FIRST_START_GUIDE = "Guide: start here"  # the guide's tab title until it is first opened
-PRESENTATION_MENU_SCALE = 1.6  # menus read from the back of a room in presentation mode
-CLASSROOM_FONT_SCALE = 1.5  # the Classroom layout's fonts, for a projector at the back of a room
 BUNDLED_HINT = ("The bundled models are tiny: they know Python code and its documentation, "
                 "and write no stories or chat.")
 BUNDLED_PLACEHOLDER = ("Python code or a sentence of its documentation, e.g. def fibonacci(n): — "
@@ -199,6 +196,10 @@ class MainWindow(QMainWindow):
                      self.asd_dock)
         self._tabify(self.drafters_dock, self.guide_dock, self.lesson_dock)
         self.lesson_dock.hide()  # Help → Guided lesson opens it
+        self.classroom_docks = ClassroomDocks(self, [self.controls_dock, self.drafters_dock, self.guide_dock,
+                                                     self.lesson_dock], [self.controls, self.drafters],
+                                              self.charts_dock, self.charts, self._restore_dock_state,
+                                              self.controls.generate_button, {self.race_dock: self.race_view})
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
 
@@ -263,7 +264,7 @@ class MainWindow(QMainWindow):
         view_menu.addSeparator()
         self.reset_layout_action = view_menu.addAction("&Reset layout", self.reset_layout)
         self.classroom_action = QAction("&Classroom layout (large fonts)", self, checkable=True)
-        self.classroom_action.setToolTip("Larger fonts in every panel and chart, for a projector")
+        self.classroom_action.setToolTip("Larger fonts everywhere and the panels arranged for a projector")
         self.classroom_action.toggled.connect(self.set_classroom)
         view_menu.addAction(self.classroom_action)
         self.pass_rows_action = QAction("&One pass per line", self, checkable=True, shortcut=QKeySequence("Ctrl+R"))
@@ -765,6 +766,9 @@ class MainWindow(QMainWindow):
     def _size_docks(self) -> None:
         """Side panels take a share of the width (the stream keeps at least about half of a 1024 px window),
         the charts a share of the height."""
+        if self.classroom_docks.on:
+            self.classroom_docks.size_docks()
+            return
         self._size_side_docks()
         self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
 
@@ -777,11 +781,9 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.controls_dock, self.drafters_dock], [prompt, drafters], Qt.Orientation.Horizontal)
 
     def _charts_share(self) -> int:
-        """The charts' height: a larger share of a taller window (two rows of plots fit from about 900 px up);
-        a small window keeps room for the prompt's buttons and the text."""
+        """The charts' height: a larger share of a taller window (the plots take the arrangement that fits it:
+        app/widgets/charts.py); a small window keeps room for the prompt's buttons and the text."""
         percent = CHARTS_SHARE_PERCENT if self.height() >= TALL_WINDOW_PX else SMALL_CHARTS_SHARE_PERCENT
-        if self.classroom_action.isChecked():  # the larger text needs more room for the prompt and the stream
-            percent = min(percent, CLASSROOM_CHARTS_SHARE_PERCENT)
         return max(MIN_CHARTS_PX, self.height() * percent // 100)
 
     # --- presentation mode -------------------------------------------------------------------------------
@@ -807,12 +809,14 @@ class MainWindow(QMainWindow):
             for bar in self.findChildren(QToolBar):
                 bar.show()
         theme_hub().set_presentation(on)
-        self._size_menus()
+        size_window_text(self, self.presenting)
         for action in self.presentation_keys:
             action.setEnabled(on)
         if on:
             self.presentation.show_view(self.presentation.view or TEXT_ONLY)
             self.presentation.focus_stream()
+        else:
+            self.classroom_docks.follow(self.classroom_action.isChecked())  # it may have been chosen meanwhile
         self.presentation_action.setChecked(on)
 
     def set_pass_rows(self, on: bool) -> None:
@@ -839,28 +843,22 @@ class MainWindow(QMainWindow):
             dock.show()
         self.charts_dock.raise_()
         self.drafters_dock.raise_()
+        if self.classroom_docks.on:
+            self.classroom_docks.forget()
+            self.classroom_docks.enter()
         self._size_docks()
 
     def set_classroom(self, on: bool) -> None:
-        """Large fonts for a projector (on), or the normal ones (off)."""
+        """Large fonts and the docks arranged for a projector (on: app/widgets/classroom_layout.py), or the normal
+        fonts and the docks as they were (off)."""
         scale = CLASSROOM_FONT_SCALE if on else 1.0
-        font = QFont(QApplication.font())
-        font.setPointSizeF(font.pointSizeF() * scale)
-        self.setFont(font)
+        self.setFont(classroom_font(scale))
         self.charts.set_text_scale(scale)
         self.classroom_action.setChecked(on)
-        self._size_menus()
-        QTimer.singleShot(0, self._size_docks)  # larger text needs a wider prompt panel and a taller top, once laid out
-
-    def _size_menus(self) -> None:
-        """The menu bar and its menus at the window's text size, larger still in presentation mode: a menu is a
-        window of its own, so it does not inherit the window's font."""
-        font = QFont(self.font())
-        if self.presenting:
-            font.setPointSizeF(QApplication.font().pointSizeF() * PRESENTATION_MENU_SCALE)
-        self.menuBar().setFont(font)
-        for menu in self.menuBar().findChildren(QMenu):
-            menu.setFont(font)
+        size_window_text(self, self.presenting)
+        if not self.presenting:  # presentation mode has no docks: they follow when it ends
+            self.classroom_docks.follow(on)
+        QTimer.singleShot(0, self._size_docks)  # the panels' sizes at the new text size, once laid out
 
     def _restore(self, saved: SavedState) -> None:
         """Show what was saved; each part that was not (or was corrupted) keeps its default."""
@@ -922,7 +920,9 @@ class MainWindow(QMainWindow):
             prompt=self.controls.prompt_text, chat_template=self.controls.chat_template.isChecked(),
             hide_rejected=self.legend.hide_rejected.isChecked(), step_mode=self.step_mode_action.isChecked(),
             guide_seen=True, passes_per_s=self.speed.rate, pass_rows=self.pass_rows_action.isChecked())
-        state = self._normal_state if self.presenting and self._normal_state is not None else self.saveState()
+        state = self.classroom_docks.state_before  # the docks as the user arranged them, outside the two modes
+        if state is None:
+            state = self._normal_state if self.presenting and self._normal_state is not None else self.saveState()
         self.store.save(SavedLayout(self.saveGeometry(), state), self.model_request, self.live.get(),
                         controls)
 
@@ -937,6 +937,9 @@ class MainWindow(QMainWindow):
         """The charts grow and shrink with the window (their share of its height), so a larger window shows
         all of them; below their minimum they scroll."""
         super().resizeEvent(event)
+        if self.classroom_docks.on:
+            self.classroom_docks.size_docks()
+            return
         if event.oldSize().height() != event.size().height() and not self.charts_dock.isFloating():
             self.resizeDocks([self.charts_dock], [self._charts_share()], Qt.Orientation.Vertical)
         if event.oldSize().width() != event.size().width():

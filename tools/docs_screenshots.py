@@ -3,10 +3,12 @@
 checks (1600x1000 and 1024x700): the main window after a fallback-chain run (the README shows the
 1600x1000 one), the pass inspector at a sampled rejection and at a token-tree pass, and the theory explorer after a
 draft-model run. For the classroom: the window in normal and in presentation mode at the four projector sizes
-(1024x768, 1366x768, 1600x1000, 1920x1080), and every step of the guided lesson at 1600x1000.
+(1024x768, 1366x768, 1600x1000, 1920x1080), in the Classroom layout at the same sizes, and every step of the
+guided lesson at 1600x1000.
 
     python tools/docs_screenshots.py            # writes into docs/
     python tools/docs_screenshots.py --out DIR  # anywhere else, e.g. to compare before committing
+    python -m tools.docs_screenshots --only classroom --match classroom-  # only some of them
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DOCS, help="output folder (default: docs/)")
     parser.add_argument("--only", choices=("all", "views", "classroom", "lesson"), default="all",
                         help="render only some of the pictures")
+    parser.add_argument("--match", default="", help="render only the pictures whose file name contains this")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                                     ("theory", show_theory))]
     if args.only in ("all", "classroom"):
         jobs += [(classroom / f"{name}-{w}x{h}.png", (w, h), show) for w, h in CLASSROOM_SIZES
-                 for name, show in (("normal", show_normal), ("presentation", show_presentation))]
+                 for name, show in (("normal", show_normal), ("presentation", show_presentation),
+                                    ("classroom", show_classroom))]
         jobs.append((classroom / "presentation-rows-1600x1000.png", (1600, 1000), show_pass_rows))
     if args.only in ("all", "lesson"):
         from app.teaching.lesson import STEPS
@@ -55,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(classroom / f"lesson-{i + 1:02d}-{step.key}.png", LESSON_SIZE,
                   lambda app, window, i=i: show_lesson_step(app, window, i)) for i, step in enumerate(STEPS)]
     for path, size, show in jobs:
+        if args.match not in path.name:
+            continue
         render(app, engine, size, show, path)
         print(path)
     return 0
@@ -79,6 +85,7 @@ def render(app, engine, size: tuple[int, int], show, path: Path) -> None:
         settle(app)
         save_small(window.grab().toImage(), path)
         window.set_presentation(False)  # the chart theme is the application's: the next picture starts normal
+        window.set_classroom(False)  # so is the charts' text scale
         window.shutdown()
         window.close()
         window.deleteLater()
@@ -141,6 +148,13 @@ def show_normal(app, window) -> None:
     window.token_view.select_pass(len(window.session.passes) // 2)
     window.charts_dock.raise_()  # every chart in view
     window.charts.refresh()
+
+
+def show_classroom(app, window) -> None:
+    """The Classroom layout (large fonts) after the same run as `show_normal`."""
+    window.classroom_action.setChecked(True)
+    settle(app)
+    show_normal(app, window)
 
 
 def show_presentation(app, window) -> None:

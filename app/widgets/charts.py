@@ -20,27 +20,25 @@ plot's width and long bar series are binned, so a paint stays the same size at
 10,000 passes as at 500; and nothing is redrawn when no pass arrived.
 
 Each plot has its legend under it, as a compact table of text (never over the
-curves, never clipped), and a minimum height; the grid scrolls when the dock
-is smaller than that. The grid reflows to the dock's width: three plots to a
-row when they fit beside each other at their minimum widths, else two, else
-one (the Classroom layout's larger text in a small window); all five in one row
-when two rows would not fit the dock's height but one row fits its width (a
-short window such as 1366x768), and it tells its
-scroll area the minimum size of the arrangement it shows, so a plot is never
-drawn past the dock's edge: the area scrolls to it instead, sideways only
-when not even one plot fits across. A raised tab redraws what arrived while
+curves, never clipped), and a minimum height. Of the arrangements that show every
+plot without scrolling (three to a row, two, or all five in one row, titles and
+legends wrapped to their columns: app/widgets/chart_text.py) the grid takes the one
+whose plots are largest, so a short dock (1024x700, 1366x768, the Classroom
+layout) shows all five in one row; the legends of a row are as tall as each other,
+so its plots line up. When none fits, the grid reflows to the dock's width (three,
+two or one to a row) and tells its scroll area the arrangement's minimum size, so a
+plot is never drawn past the dock's edge: the area scrolls to it instead, sideways
+only when not even one plot fits across. A raised tab redraws what arrived while
 it was behind (`on_visibility_changed`). Vertical markers show where the drafter, K or rule
 changed mid-run (`Session.changes`).
 """
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pyqtgraph as pg
 import shiboken6
-from PySide6.QtCore import QEvent, QObject, QRect, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QObject, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsItem,
@@ -60,6 +58,7 @@ from app.widgets import on_screen
 from app.widgets.chart_export import install_export_menu, save_item_png
 from app.widgets.chart_style import font_px as _font_px
 from app.widgets.chart_style import style_plot, style_text_item, style_view
+from app.widgets.chart_text import legend_html, title_html
 from app.widgets.compare import PinnedRun, RunSummaryTable, overlay_pen, summary_of
 from app.widgets.run_view import RunView, bound
 from app.widgets.theme import NORMAL, Theme, follow_theme, theme_hub
@@ -72,6 +71,10 @@ X_STEPS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
 MAX_BARS = 500  # more passes than this are drawn as bins of consecutive passes (their mean)
 LEFT_AXIS_PX = 52  # room for labels such as "10000" with the axis title, at the normal text size
 MIN_ROW_PX = 200  # a row of plots (title, plot, axis, legend) never gets less; the grid scrolls instead
+MIN_PLOT_PX = 70  # a single row's plots keep this much height beside their text
+TITLE_ROW_PX = 30  # pyqtgraph's height of a title's row: a title of one line at the normal size
+MAX_PLOT_ASPECT = 0.75  # height / width beyond which a plot's extra height is not worth a row of its own
+CELL_SLACK_PX = 6  # a column's text stays this much narrower than the column (rounding, the label's margins)
 MIN_DOCK_PX = 200  # the charts never collapse to nothing in a small window
 MAX_COLUMNS = 3  # plots to a row when the dock is wide enough; fewer when it is not
 SETTLE_ROWS = 8  # the first passes' estimates are noisy: a spike there does not set a y range for good
@@ -88,6 +91,7 @@ SOLID, DASHED, DOTTED, CROSS = "━━", "╍╍", "┈┈", "✕"
 
 
 class RunCharts(QWidget):
+    sig_text_resized = Signal()  # a legend took more or fewer lines: the height that shows every plot changed
     scroll: QScrollArea  # type: ignore[assignment]  # the grid's scroll area (it hides QWidget.scroll, unused here)
 
     def __init__(self, parent=None) -> None:
@@ -107,6 +111,8 @@ class RunCharts(QWidget):
         self.columns = MAX_COLUMNS  # plots to a row, as laid out now
         self._focus: int | None = None  # one plot shown alone, large (presentation mode), or None for all
         self._laid_out: tuple = (MAX_COLUMNS, None)  # the arrangement in the grid now: (columns, focus)
+        self._legend_width: float | None = None  # titles and legends wrap to this many pixels (None: they need not)
+        self._reflowing = False
         self._throttle = RedrawThrottle(STAGGER_MS, self._draw_next_plot, self)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.scroll = QScrollArea()
@@ -122,7 +128,9 @@ class RunCharts(QWidget):
         self.summary = RunSummaryTable()  # one row per finished run, for side-by-side comparison
         self.summary.hide()
         self.compare_button = self._build_compare_menu()
-        bar = QHBoxLayout()
+        self.controls_bar = QWidget()  # under the plots: the ASD budget, Compare, Clear charts
+        bar = QHBoxLayout(self.controls_bar)
+        bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.budget_title)
         bar.addWidget(self.budget_gauge)
         bar.addWidget(self.budget_note, 1)
@@ -137,13 +145,13 @@ class RunCharts(QWidget):
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
         column.addWidget(split, 1)
-        column.addLayout(bar)
+        column.addWidget(self.controls_bar)
         self.setMinimumHeight(MIN_DOCK_PX)
         install_export_menu(self.layout_widget, "charts")
         follow_theme(self, self.apply_theme)
 
     # --- construction -------------------------------------------------------------
-    def _plot(self, title: str, y_label: str) -> pg.PlotItem:
+    def _plot(self, title: str, y_label: str, short_title: str | None = None) -> pg.PlotItem:
         index = len(self._cells)
         cell = self.layout_widget.addLayout(row=index // MAX_COLUMNS, col=index % MAX_COLUMNS)
         cell.setContentsMargins(0, 0, 0, 0)
@@ -164,6 +172,7 @@ class RunCharts(QWidget):
         plot.legend_entries = []  # (colour, glyph, name)
         plot.pinned_entries = []  # the same, for the pinned runs drawn faded
         plot.plain_title = title
+        plot.short_title = short_title  # in a narrow column (its legend says the rest)
         return plot
 
     def _line(self, plot: pg.PlotItem, glyph: str = SOLID, name: str | None = None, **options) -> pg.PlotDataItem:
@@ -176,7 +185,7 @@ class RunCharts(QWidget):
         return curve
 
     def _build_plots(self) -> None:
-        self.alpha_plot = self._plot("α = accepted / tested, per pass", "α")
+        self.alpha_plot = self._plot("α = accepted / tested, per pass", "α", "α per pass")
         self.alpha_plot.setYRange(ALPHA_BOTTOM, ALPHA_TOP, padding=0)
         self.alpha_plot.getAxis("left").setTicks(ALPHA_TICKS)  # 0.0 .. 1.0, with a 1.0 tick under the headroom
         self.alpha_plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # 0.0 and 1.0 keep their labels
@@ -190,14 +199,14 @@ class RunCharts(QWidget):
                                           pen=pg.mkPen(overall, width=1, style=Qt.PenStyle.DotLine))
         self.drafter_curves: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
-        self.tokens_plot = self._plot("Tokens per pass vs E(α, K)", "tokens")
+        self.tokens_plot = self._plot("Tokens per pass vs E(α, K)", "tokens", "Tokens per pass")
         self.tokens_bars = self.tokens_plot.plot(stepMode="center", fillLevel=0, pen=pg.mkPen("#0072B2"),
                                                  brush=pg.mkBrush(0, 114, 178, 90))
         self.tokens_plot.legend_entries.append(("#0072B2", "▇", "committed"))
         self.tokens_theory = self._line(self.tokens_plot, DASHED, "E(α, K); a tree: 1 + Σ P(node)",
                                         pen=pg.mkPen("#D55E00", width=2, style=Qt.PenStyle.DashLine))
 
-        self.ledger_plot = self._plot("ASD regret ledger", "regret")
+        self.ledger_plot = self._plot("ASD regret ledger", "regret", "ASD regret")
         self.ledger_spent = self._line(self.ledger_plot, SOLID, "spent", pen=pg.mkPen("#CC79A7", width=2))
         self.ledger_budget = self._line(self.ledger_plot, DASHED, "budget B",
                                         pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DashLine))
@@ -207,10 +216,10 @@ class RunCharts(QWidget):
         self.ledger_note = pg.TextItem("ASD off", anchor=(0.5, 0.5))
         self.ledger_plot.getViewBox().addItem(self.ledger_note, ignoreBounds=True)
 
-        self.speed_plot = self._plot("Throughput (compute speed)", "tokens/s")
+        self.speed_plot = self._plot("Throughput (compute speed)", "tokens/s", "Throughput")
         self.tokens_per_s = self._line(self.speed_plot, SOLID, "tokens/s", pen=pg.mkPen("#009E73", width=2))
 
-        self.speedup_plot = self._plot("Speedup: estimated vs predicted", "×")
+        self.speedup_plot = self._plot("Speedup: estimated vs predicted", "×", "Speedup")
         self.speedup_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DotLine)))
         self.speedup_estimated = self._line(self.speedup_plot, SOLID, "estimated (tokens × t_T / time)",
                                             pen=pg.mkPen("#0072B2", width=2))
@@ -257,26 +266,47 @@ class RunCharts(QWidget):
 
     # --- legends and text size ------------------------------------------------------
     def _show_legend(self, plot: pg.PlotItem, note: str | None = None) -> None:
-        """The plot's entries as a compact table of text under it, two or three to a line: each line's glyph
-        in its colour, the names in the theme's text colour."""
+        """The plot's entries as a compact table of text under it, two or three to a line and no wider than its
+        column: each line's glyph in its colour, the names in the theme's text colour."""
         if note is not None:
             plot.legend_note = note
-        entries = plot.legend_entries + plot.pinned_entries
-        lines: list[str] = []
-        line: list[str] = []
-        used = 0
-        for colour, glyph, name in entries:  # packed by length, so no legend line widens the grid
-            if line and used + len(name) > LEGEND_LINE_CHARS:
-                lines.append("&nbsp;&nbsp;&nbsp;".join(line))
-                line, used = [], 0
-            line.append(f'<span style="color:{colour}">{glyph}</span>&nbsp;{html.escape(name)}')
-            used += len(name) + 4
-        if line:
-            lines.append("&nbsp;&nbsp;&nbsp;".join(line))
-        lines += [f"<i>{html.escape(part)}</i>" for part in plot.legend_note.split("\n") if part]  # one line each
-        plot.legend_label.setText("<br>".join(lines), size=f"{self._theme.chart_px}px", color=self._theme.text)
-        if len(self._cells) == PLOT_COUNT:  # built: a wider legend may need another arrangement
+        lines = plot.legend_label.item.toHtml().count("<br")
+        self._write_legend(plot)
+        resized = plot.legend_label.item.toHtml().count("<br") != lines
+        if resized:
+            self.sig_text_resized.emit()
+        # A legend of more or fewer lines, or a wider one where the text is not wrapped to its column, may need
+        # another arrangement (a new figure in a note every pass in slow motion does not)
+        if len(self._cells) == PLOT_COUNT and not self._reflowing and (resized or self._legend_width is None):
             self._reflow()
+
+    def _write_legend(self, plot: pg.PlotItem) -> None:
+        width = self._legend_width if self._legend_width is not None else float("inf")
+        notes = [part for part in plot.legend_note.split("\n") if part]
+        text = legend_html(plot.legend_entries + plot.pinned_entries, notes, self._theme.chart_px, width,
+                           LEGEND_LINE_CHARS)
+        plot.legend_label.setText(text, size=f"{self._theme.chart_px}px", color=self._theme.text)
+
+    def _write_title(self, plot: pg.PlotItem) -> None:
+        """The title in as many lines as its column needs, its row as tall as they are (pyqtgraph gives a
+        title one 30 px row, which would clip a second line or a projector's larger text)."""
+        axis = plot.getAxis("left").width() + CELL_SLACK_PX
+        width = None if self._legend_width is None else self._legend_width - axis
+        plot.setTitle(title_html(plot.plain_title, self._theme.title_px, width, plot.short_title),
+                      color=self._theme.text, size=f"{self._theme.title_px}px")  # the axes are not styled again
+        height = max(TITLE_ROW_PX, int(np.ceil(plot.titleLabel.item.boundingRect().height())))
+        plot.titleLabel.setMaximumHeight(height)
+        plot.layout.setRowFixedHeight(0, height)
+
+    def _wrap_text(self, width: float | None) -> None:
+        """Titles and legends no wider than `width` pixels (a column of the grid), or on as few lines as they
+        like (None)."""
+        if width == self._legend_width:
+            return
+        self._legend_width = width
+        for plot in self._plots:
+            self._write_title(plot)
+            self._write_legend(plot)
 
     def set_text_scale(self, scale: float) -> None:
         """Titles, axes and legends at `scale` times the normal size (the Classroom layout): every chart
@@ -290,8 +320,9 @@ class RunCharts(QWidget):
         style_view(self.layout_widget, theme)
         self._restyle_lines(theme)
         for plot in self._plots:
-            style_plot(plot, theme, plot.plain_title)
+            style_plot(plot, theme)
             plot.getAxis("left").setWidth(int(LEFT_AXIS_PX * max(1.0, self._text_scale)))
+            self._write_title(plot)
             self._show_legend(plot)
         style_text_item(self.ledger_note, theme)
         for index, markers in enumerate(self._markers):
@@ -324,7 +355,8 @@ class RunCharts(QWidget):
 
     def grid_minimum(self, columns: int) -> QSize:
         """The smallest size of the grid with `columns` plots to a row: every plot and legend at its minimum
-        size, with the grid's spacing and margins, and MIN_ROW_PX (scaled) a row at least."""
+        size, with the grid's spacing and margins; each row at least MIN_ROW_PX (scaled) when there are several,
+        a single row its text and MIN_PLOT_PX (scaled) of plot."""
         grid = self.layout_widget.ci.layout
         minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize) for cell in self._laid()]
         columns = min(columns, len(minimum))
@@ -333,30 +365,92 @@ class RunCharts(QWidget):
         heights = [max(size.height() for size in minimum[row * columns:(row + 1) * columns]) for row in range(rows)]
         left, top, right, bottom = grid.getContentsMargins()
         width = sum(widths) + grid.horizontalSpacing() * (columns - 1) + left + right
-        height = max(sum(heights) + grid.verticalSpacing() * (rows - 1) + top + bottom,
-                     rows * MIN_ROW_PX * self._text_scale)
+        floor = MIN_ROW_PX * self._text_scale if rows > 1 else heights[0] + MIN_PLOT_PX * self._text_scale
+        height = max(sum(heights) + grid.verticalSpacing() * (rows - 1) + top + bottom, rows * floor)
         frame = 2 * self.layout_widget.frameWidth()
         return QSize(int(np.ceil(width)) + frame, int(np.ceil(height)) + frame)
 
-    def _fitting_columns(self) -> int:
-        """The most plots to a row (up to MAX_COLUMNS) that fit across the scroll area, less its vertical scroll
-        bar when the grid is taller than the area (one when not even one fits: then the area scrolls sideways).
-        When that grid is taller than the area but all the plots fit across it in one row, they take one row:
-        a short dock (1366x768) shows every plot without scrolling rather than the first row only."""
-        room = self.scroll.contentsRect().size()
-        bar = self.scroll.verticalScrollBar().sizeHint().width()
+    def _tallest_legend(self) -> float:
+        return max(cell.getItem(1, 0).effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for cell in self._laid())
+
+    def _plot_area(self, columns: int, room: QSize) -> float:
+        """About the area (px²) each plot gets when `columns` to a row share `room`, beside its text and axes,
+        counting no more height than MAX_PLOT_ASPECT of its width (a tall thin plot reads no better)."""
+        minimum = [cell.effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for cell in self._laid()]
+        rows = -(-len(minimum) // columns)
+        text = sum(max(minimum[row * columns:(row + 1) * columns]) for row in range(rows))
+        height = (room.height() - text) / rows
+        width = room.width() / columns - self._plots[0].getAxis("left").width()
+        return max(min(height, MAX_PLOT_ASPECT * width), 0.0) * max(width, 0.0)
+
+    def _fit_text(self, columns: int | None, room: int) -> None:
+        """Titles and legends wrapped to the columns of `columns` to a row (None: on as few lines as they like);
+        in a single row the x axes' title ("pass", which every plot shares and the titles say) is left out."""
+        self._wrap_text(None if columns is None else self._column_width(columns, room))
+        single_row = columns is not None and columns == len(self._laid()) > 1
+        for plot in self._plots:
+            axis = plot.getAxis("bottom")
+            if axis.label.isVisible() == single_row:
+                axis.showLabel(not single_row)
+
+    def height_to_fit(self) -> int:
+        """The height this widget needs to show every plot without scrolling, all of them in one row at its
+        present width (the Classroom layout sizes the charts' dock with it)."""
         laid = len(self._laid())
-        columns = 1
+        self._fit_text(laid, self.scroll.contentsRect().width())
+        need = self.grid_minimum(laid).height()
+        self._laid_out = ()  # measured in another arrangement: lay out again
+        self._reflow()
+        return need + self.height() - self.scroll.contentsRect().height()
+
+    def _column_width(self, columns: int, room: int) -> float:
+        """The width of one column when `columns` share `room` pixels of the scroll area."""
+        grid = self.layout_widget.ci.layout
+        left, _top, right, _bottom = grid.getContentsMargins()
+        spare = room - 2 * self.layout_widget.frameWidth() - left - right - grid.horizontalSpacing() * (columns - 1)
+        return spare / columns - CELL_SLACK_PX
+
+    def _fitting_columns(self) -> int:
+        """The arrangement that shows every plot without scrolling, text wrapped to its column, with the largest
+        plots: three to a row, two, or all in one row (a short dock: 1366x768, 1024x700, the Classroom layout).
+        When none fits: all in one row if their plots (not their legends) fit the height; else the most plots to a
+        row (up to MAX_COLUMNS) that fit across the scroll area with their text on few lines, less its vertical
+        scroll bar (one when not even one fits: then it scrolls sideways)."""
+        room = self.scroll.contentsRect().size()
+        laid = len(self._laid())
+        self._even_legends(1)  # each cell measured at its own size
+        if laid == 1:
+            self._fit_text(None, room.width())
+            return 1
+        fitting = {}  # columns -> the area each plot would get
+        for columns in dict.fromkeys((min(MAX_COLUMNS, laid), 2, laid)):
+            self._fit_text(columns, room.width())
+            need = self.grid_minimum(columns)
+            if need.width() <= room.width() and need.height() <= room.height():
+                fitting[columns] = self._plot_area(columns, room)
+        if fitting:
+            best = max(fitting, key=fitting.__getitem__)
+            self._fit_text(best, room.width())
+            return best
+        bar = self.scroll.verticalScrollBar().sizeHint().width()
+        self._fit_text(laid, room.width() - bar)
+        need = self.grid_minimum(laid)
+        if need.width() <= room.width() - bar and need.height() - self._tallest_legend() <= room.height():
+            return laid  # every plot in view in one row, their legends a scroll away
+        self._fit_text(None, room.width())
         for wanted in range(min(MAX_COLUMNS, laid), 1, -1):
             need = self.grid_minimum(wanted)
             if need.width() <= room.width() - (bar if need.height() > room.height() else 0):
-                columns = wanted
-                break
-        if laid > columns and self.grid_minimum(columns).height() > room.height():
-            one_row = self.grid_minimum(laid)
-            if one_row.width() <= room.width() - (bar if one_row.height() > room.height() else 0):
-                return laid
-        return columns
+                return wanted
+        return 1
+
+    def _even_legends(self, columns: int) -> None:
+        """Every legend's row as tall as the tallest legend in its row of the grid, so a row's plots line up."""
+        laid = self._laid()
+        heights = [cell.getItem(1, 0).effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for cell in laid]
+        for index, cell in enumerate(laid):
+            start = index - index % columns
+            cell.layout.setRowMinimumHeight(1, max(heights[start:start + columns]) if columns > 1 else 0)
 
     @property
     def plots(self) -> tuple[pg.PlotItem, ...]:
@@ -365,7 +459,11 @@ class RunCharts(QWidget):
     def _reflow(self) -> None:
         """Lay the plots out in as many columns as fit, in reading order, and give the scroll area the
         arrangement's minimum size: it scrolls to what does not fit rather than the grid being squeezed."""
-        columns = self._fitting_columns()
+        self._reflowing = True
+        try:
+            columns = self._fitting_columns()
+        finally:
+            self._reflowing = False
         if (columns, self._focus) != self._laid_out:
             self.columns = columns
             self._laid_out = (columns, self._focus)
@@ -382,6 +480,7 @@ class RunCharts(QWidget):
                 grid.addItem(cell, row, col)
                 layout.rows.setdefault(row, {})[col] = cell
                 layout.items[cell] = [(row, col)]
+        self._even_legends(self.columns)
         minimum = self.grid_minimum(self.columns)
         if minimum != self.layout_widget.minimumSize():
             self.layout_widget.setMinimumSize(minimum)
@@ -415,7 +514,7 @@ class RunCharts(QWidget):
         return [self.layout_widget.ci.items[cell][0] for cell in self._cells]
 
     def _alpha_note(self) -> str:
-        return "per drafter: thin = rolling (16 passes),\nheavy dashed = cumulative" if self.drafter_curves else ""
+        return "drafters: thin = last 16 passes,\ndashed = all so far" if self.drafter_curves else ""
 
     # --- binding ------------------------------------------------------------------
     def set_session(self, session: RunView) -> None:

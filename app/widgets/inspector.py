@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QTextCharFormat
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -173,18 +173,31 @@ class BarChart(pg.PlotWidget):
 class AcceptStrip(QWidget):
     """The sampling test of one draft on [0, 1]: kept iff u <= min(1, p/q).
 
-    The interval left of the mark min(1, p/q) is the "keep" region; u is drawn as a dot.
+    The interval left of the mark min(1, p/q) is the "keep" region; u is drawn as a dot. The mark's label sits
+    above the bar, the 0 and 1 ticks and u's label under it; each label is kept inside the strip and u's label
+    between the ticks, so no two labels overlap at any width or text size (`label_rects`).
     """
 
     MARGIN = 14
+    BAR_PX = 10.0
+    GAP_PX = 6.0  # between u's label and a tick
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.accept: float | None = None
         self.u: float | None = None
-        self.setMinimumHeight(46)
-        self.setMaximumHeight(46)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """A line of text above the bar and one under it, at the strip's font."""
+        line = self.fontMetrics().height()
+        self.setFixedHeight(int(2 * line + self.BAR_PX + 12))
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            self._fit_height()
 
     def set_values(self, accept: float | None, u: float | None) -> None:
         self.accept, self.u = accept, u
@@ -194,44 +207,85 @@ class AcceptStrip(QWidget):
     def _x(self, value: float) -> float:
         return self.MARGIN + value * (self.width() - 2 * self.MARGIN)
 
+    def _bar_top(self) -> float:
+        return self.fontMetrics().height() + 4.0
+
+    def label_rects(self) -> dict[str, QRectF]:
+        """Where each label is drawn: 'mark' (min(1, p/q)), 'tick 0', 'tick 1' and 'u' (when u is known)."""
+        if self.accept is None:
+            return {}
+        metrics = self.fontMetrics()
+        line = float(metrics.height())
+        top = self._bar_top()
+        under = top + self.BAR_PX + 2
+        mark = self._mark_text(self.accept)
+        width = metrics.horizontalAdvance(mark) + 2.0
+        left = _clamped(self._x(self.accept) - width / 2, width, 0.0, float(self.width()))
+        rects = {"mark": QRectF(left, 0, width, line)}
+        zero, one = (metrics.horizontalAdvance(t) + 2.0 for t in ("0", "1"))
+        rects["tick 0"] = QRectF(self._x(0), under, zero, line)
+        rects["tick 1"] = QRectF(self._x(1) - one, under, one, line)
+        if self.u is not None:
+            text = self._u_text(self.u, self.accept)
+            width = metrics.horizontalAdvance(text) + 2.0
+            low = rects["tick 0"].right() + self.GAP_PX
+            high = rects["tick 1"].left() - self.GAP_PX
+            if high - low < width:  # too narrow for the ticks beside it: u's label has the width alone
+                del rects["tick 0"], rects["tick 1"]
+                low, high = 0.0, float(self.width())
+            rects["u"] = QRectF(_clamped(self._x(self.u) - width / 2, width, low, high), under, width, line)
+        return rects
+
+    @staticmethod
+    def _mark_text(accept: float) -> str:
+        return f"min(1, p/q) = {accept:.3g}"
+
+    @staticmethod
+    def _u_text(u: float, accept: float) -> str:
+        return f"u = {u:.3g} → {'kept' if u <= accept else 'rejected'}"
+
     def paintEvent(self, event) -> None:
         if self.accept is None:
             return
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        top, height = 16.0, 10.0
+        top, height = self._bar_top(), self.BAR_PX
         keep = QRectF(self._x(0), top, self._x(self.accept) - self._x(0), height)
         reject = QRectF(self._x(self.accept), top, self._x(1) - self._x(self.accept), height)
         painter.fillRect(keep, QColor(R_COLOUR).lighter(150))
         painter.fillRect(reject, QColor("#D55E00").lighter(160))
         painter.setPen(QPen(self.palette().text().color(), 1))
         painter.drawRect(QRectF(self._x(0), top, self._x(1) - self._x(0), height))
-        self._draw_mark(painter, top, height, self.accept)
-        self._draw_u(painter, top, height, self.accept)
+        rects = self.label_rects()
+        self._draw_mark(painter, top, height, self.accept, rects)
+        self._draw_u(painter, top, height, rects)
         painter.end()
 
-    def _draw_mark(self, painter: QPainter, top: float, height: float, accept: float) -> None:
+    def _draw_mark(self, painter: QPainter, top: float, height: float, accept: float, rects) -> None:
         x = self._x(accept)
         painter.setPen(QPen(QColor(P_COLOUR), 2.5))
         painter.drawLine(QPointF(x, top - 4), QPointF(x, top + height + 4))
-        painter.drawText(QRectF(x - 120, 0, 240, top - 3), Qt.AlignmentFlag.AlignCenter,
-                         f"min(1, p/q) = {accept:.3g}")
+        painter.drawText(rects["mark"], Qt.AlignmentFlag.AlignCenter, self._mark_text(accept))
         painter.setPen(QPen(self.palette().text().color(), 1))
-        for value, align in ((0.0, Qt.AlignmentFlag.AlignLeft), (1.0, Qt.AlignmentFlag.AlignRight)):
-            painter.drawText(QRectF(self._x(value) - (0 if value == 0 else 30), top + height + 2, 30, 14),
-                             align, f"{value:g}")
+        for name, align, text in (("tick 0", Qt.AlignmentFlag.AlignLeft, "0"), ("tick 1", Qt.AlignmentFlag.AlignRight,
+                                                                               "1")):
+            if name in rects:
+                painter.drawText(rects[name], align, text)
 
-    def _draw_u(self, painter: QPainter, top: float, height: float, accept: float) -> None:
-        if self.u is None:
+    def _draw_u(self, painter: QPainter, top: float, height: float, rects) -> None:
+        if self.u is None or self.accept is None:
             return
         x = self._x(self.u)
         painter.setPen(QPen(QColor("#000000"), 1))
         painter.setBrush(QBrush(QColor("#CC79A7")))
         painter.drawEllipse(QPointF(x, top + height / 2), 5.5, 5.5)
-        kept = "kept" if self.u <= accept else "rejected"
         painter.setPen(QPen(self.palette().text().color(), 1))
-        painter.drawText(QRectF(x - 90, top + height + 2, 180, 14), Qt.AlignmentFlag.AlignCenter,
-                         f"u = {self.u:.3g} → {kept}")
+        painter.drawText(rects["u"], Qt.AlignmentFlag.AlignCenter, self._u_text(self.u, self.accept))
+
+
+def _clamped(left: float, width: float, low: float, high: float) -> float:
+    """`left` moved so that [left, left + width] lies within [low, high] (at `low` when it cannot)."""
+    return max(low, min(left, high - width))
 
 
 EMPTY_HEADER = "Click a token in the text (or Step a paused run) to inspect its pass."

@@ -47,6 +47,10 @@ class PresentationPage(QWidget):
         self.stream.installEventFilter(self)  # its keys are the window's shortcuts here
         self.charts = RunCharts()
         self.charts.setObjectName("presentationCharts")
+        # No ASD budget, Compare or Clear charts under the chart: the ASD ledger chart shows the budget, and pinning
+        # and clearing are done between runs in the normal layout (pinned runs are drawn here too); the chart
+        # gets the height, and nothing small is left on the projector.
+        self.charts.controls_bar.hide()
         self.hint = QLabel(HINT)
         self.hint.setObjectName("presentationHint")
         self.hint.setWordWrap(True)

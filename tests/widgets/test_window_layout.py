@@ -11,7 +11,7 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QDockWidget, QScrollArea, QTabBar
 
 from app.engine.load_request import LoadRequest
-from app.main_window import CLASSROOM_CHARTS_SHARE_PERCENT
+from app.widgets.classroom_layout import CHARTS_MAX_PERCENT
 from app.widgets.guide import GuidePanel
 from app.widgets.inspector import COL_VERDICT
 from tests.widgets.fakes import FAKE_SUMMARY, FakeEngine
@@ -124,7 +124,7 @@ def test_classroom_layout_fits_1024x700(qtbot, make_window):
 def test_classroom_layout_keeps_six_prompt_lines_and_the_whole_panel_at_1600x1000(qtbot, make_window):
     window = shown_window(make_window, (1600, 1000), FakeEngine())
     window.classroom_action.trigger()
-    qtbot.waitUntil(lambda: window.charts_dock.height() <= 1000 * CLASSROOM_CHARTS_SHARE_PERCENT // 100 + 2)
+    qtbot.waitUntil(lambda: window.charts_dock.height() <= 1000 * CHARTS_MAX_PERCENT // 100 + 2)
     QApplication.processEvents()
     prompt, area = window.controls.prompt, prompt_area(window)
     assert prompt.viewport().height() >= 6 * prompt.fontMetrics().lineSpacing()
